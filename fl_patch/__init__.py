@@ -1,0 +1,82 @@
+"""fl_patch: replace pieces of upstream Megatron at import time, with zero edits to it.
+
+A registry module says what replaces what, exactly as with FlagScale's Override
+Plugin Mechanism::
+
+    from fl_patch import register
+    register(target="megatron.core.optimizer.clip_grads.get_grad_norm_fp32",
+             impl="my_plugin.clip_grads.get_grad_norm_fp32")
+
+and, once fl_patch is installed (``python -m fl_patch train.py``, or the
+sitecustomize in ``sitecustomize_template/``), each registered target is replaced
+the moment its module finishes loading.
+
+The modules behind this API, one purpose each: ``_targets`` (dotted paths,
+``method_key``), ``_registry`` (registrations, vendor selection), ``_vendors``
+(``MG_FL_PREFER`` and platform detection), ``hooks`` (the ``sys.meta_path``
+finder), ``_engine`` (what to patch as a module loads), ``_apply`` (installing and
+reverting one patch), ``_aliases`` (names bound early), ``_sources`` (where
+registrations come from), ``_activation`` (install/uninstall), ``cli``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ._activation import ENGINE, install, is_installed, uninstall
+from ._errors import FlPatchError, FlPatchWarning
+from ._registry import Registration
+from ._report import PatchRecord, Status
+from ._targets import method_key
+
+__all__ = [
+    "FlPatchError",
+    "FlPatchWarning",
+    "PatchRecord",
+    "Registration",
+    "Status",
+    "install",
+    "is_installed",
+    "method_key",
+    "original",
+    "register",
+    "report",
+    "uninstall",
+]
+
+__version__ = "0.1.0"
+
+
+def register(target: str, impl: object, vendor: str = "default", *, create: bool = False) -> Registration:
+    """Register ``impl`` to replace ``target`` when ``vendor`` is chosen.
+
+    ``impl`` is a dotted path (``pkg.mod.func`` or ``pkg.mod:Cls.method``, imported
+    only once the target's module has loaded) or the object itself. ``create=True``
+    also installs it where the target does not exist (a backport, such as
+    ``typing.override`` on Python 3.11). A malformed target or impl raises
+    ``ValueError`` here; registering the same target and vendor again replaces the
+    earlier registration, with a warning.
+    """
+    caller = sys._getframe(1)
+    return ENGINE.registry.register(
+        target,
+        impl,
+        vendor,
+        source=str(caller.f_globals.get("__name__", "?")),
+        create=create,
+        where=(caller.f_code.co_filename, caller.f_lineno),
+    )
+
+
+def original(target: str) -> object:
+    """The upstream object behind ``target``, for an impl that calls through or wraps it.
+
+    For a method this is the plain function (call it with ``self``); for a
+    staticmethod or classmethod, the function inside the descriptor.
+    """
+    return ENGINE.original(target)
+
+
+def report() -> list[PatchRecord]:
+    """One record per registration, with its status (applied, waiting, ...)."""
+    return ENGINE.records()

@@ -1,0 +1,90 @@
+"""``install()`` and ``uninstall()``: idempotent, and exact inverses.
+
+``install()`` reads the environment, loads the registry sources, puts the finder
+first in ``sys.meta_path`` and patches what is already imported (recorded as
+*late*: the report says the program imported megatron before activation).
+``uninstall()`` takes the finder out and restores every original, aliases included.
+Registrations survive both: a second ``install()`` re-applies them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from . import _sources
+from ._engine import Engine
+from ._settings import Settings, enabled
+from .hooks import PatchingFinder
+
+__all__ = ["ENGINE", "install", "is_installed", "uninstall"]
+
+ENGINE = Engine()
+
+_lock = threading.Lock()
+_finder: PatchingFinder | None = None
+_eager_sources_loaded = False
+_fork_hook = False
+
+
+def _load_deferred_sources() -> None:
+    settings = ENGINE.settings
+    if settings.entry_points:
+        _sources.load_entry_points(ENGINE.problems)
+    if settings.flagscale_tree:
+        _sources.load_flagscale_tree(ENGINE.problems)
+    ENGINE.check_preferred_vendors()
+
+
+def install() -> bool:
+    """Activate fl_patch in this process; returns False when ``FL_PATCH=0``."""
+    global _finder, _eager_sources_loaded, _fork_hook
+    if not enabled():
+        return False
+    with _lock:
+        if ENGINE.installed:
+            return True
+        settings = Settings.from_environ()
+        ENGINE.configure(settings)
+        if not _eager_sources_loaded:
+            _eager_sources_loaded = True
+            _sources.load_packs(settings.packs, ENGINE.problems)
+            _sources.load_registry_modules(settings.registry_modules, ENGINE.problems)
+            ENGINE.defer(_load_deferred_sources)
+        _finder = PatchingFinder(ENGINE)
+        sys.meta_path.insert(0, _finder)
+        ENGINE.installed = True
+        if not _fork_hook and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=ENGINE.after_fork_in_child)
+            _fork_hook = True
+    if any(name.startswith("megatron.") for name in list(sys.modules)):
+        ENGINE.run_deferred()  # megatron is already loaded: no import will trigger it
+    ENGINE.apply_loaded_modules()
+    return True
+
+
+def uninstall() -> bool:
+    """Deactivate and restore every original; returns False if it was not installed."""
+    global _finder
+    with _lock:
+        if not ENGINE.installed:
+            return False
+        if _finder is not None and _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+        _finder = None
+        ENGINE.installed = False
+    ENGINE.revert_all()
+    return True
+
+
+def is_installed() -> bool:
+    return ENGINE.installed
+
+
+def _reset_for_tests() -> None:
+    """Uninstall and forget all registrations, so the next install() starts afresh."""
+    global _eager_sources_loaded
+    uninstall()
+    ENGINE.reset()
+    _eager_sources_loaded = False

@@ -1,0 +1,54 @@
+"""How fl_patch reports a problem: one warning by default, an error in strict mode.
+
+The two failure modes a patching agent must avoid pull in opposite directions: a
+plugin that silently stops applying (the cluster trains on the wrong kernel for a
+week) and a harmless plugin problem that kills a 1,000-GPU job at start-up. So by
+default every problem is a single ``FlPatchWarning`` naming the target, the impl
+and the cause, recorded in ``report()``, and upstream code keeps running; with
+``FL_PATCH_STRICT=1`` the same message is raised as ``FlPatchError``.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+__all__ = ["FlPatchError", "FlPatchWarning", "ProblemSink"]
+
+
+class FlPatchError(RuntimeError):
+    """A patch could not be applied and strict mode is on (or the input is unusable)."""
+
+
+class FlPatchWarning(UserWarning):
+    """A patch could not be applied; upstream code runs instead."""
+
+
+class ProblemSink:
+    """Turns problems into exactly one warning each, or raises them in strict mode."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+        self.strict = False
+
+    def problem(self, message: str, *, where: tuple[str, int] | None = None) -> None:
+        """Report ``message``; ``where`` (file, line) points the warning at the register() call."""
+        if self.strict:
+            raise FlPatchError(message)
+        with self._lock:
+            if message in self._seen:
+                return
+            self._seen.add(message)
+        if where is None:
+            warnings.warn(message, FlPatchWarning, stacklevel=3)
+        else:
+            warnings.warn_explicit(message, FlPatchWarning, filename=where[0], lineno=where[1])
+
+    def reset(self) -> None:
+        with self._lock:
+            self._seen.clear()
+
+    def after_fork_in_child(self) -> None:
+        # A lock held by another thread at fork time would stay held forever in the child.
+        self._lock = threading.Lock()

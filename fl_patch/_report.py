@@ -1,0 +1,63 @@
+"""What ``report()`` returns: one record per registration, with its status."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import Enum
+
+__all__ = ["PatchRecord", "Status", "format_table"]
+
+
+class Status(str, Enum):
+    APPLIED = "applied"
+    WAITING = "waiting"  # the target's module has not been imported (or fl_patch is not installed)
+    TARGET_MISSING = "target missing"
+    IMPL_FAILED = "impl failed"
+    DISABLED = "disabled"
+    OTHER_VENDOR = "other vendor chosen"
+
+    @property
+    def is_problem(self) -> bool:
+        return self in (Status.TARGET_MISSING, Status.IMPL_FAILED)
+
+
+@dataclass(frozen=True)
+class PatchRecord:
+    target: str
+    method_key: str
+    vendor: str  # the vendor this registration was made for
+    impl: str
+    status: Status
+    detail: str = ""  # the cause of a problem, "applied after import", the chosen vendor...
+    chosen_vendor: str | None = None  # the vendor whose impl runs for this target, if any
+    kind: str | None = None  # function, method, staticmethod, classmethod, class, module, ...
+    module: str | None = None  # the module that owns the target, once it was imported
+    late: bool = False  # applied to a module imported before fl_patch was installed
+    calls: int | None = None  # calls counted through the patch (FL_PATCH_REPORT=1 only)
+    source: str = "?"  # the registry module or pack that registered it
+
+    def as_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data
+
+
+def format_table(records: list[PatchRecord], columns: tuple[str, ...] | None = None) -> str:
+    """A plain-text table of ``records``, one row each."""
+    columns = columns or ("status", "target", "vendor", "chosen_vendor", "impl", "detail")
+    rows = [[_cell(getattr(record, column)) for column in columns] for record in records]
+    widths = [max([len(column)] + [len(row[i]) for row in rows]) for i, column in enumerate(columns)]
+    lines = ["  ".join(column.ljust(width) for column, width in zip(columns, widths)).rstrip()]
+    lines.append("  ".join("-" * width for width in widths))
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, Enum):
+        return str(value.value)
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else ""
+    return str(value)

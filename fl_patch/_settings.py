@@ -1,0 +1,87 @@
+"""The environment variables fl_patch reads, in one place.
+
+They are read when ``install()`` runs (and by the CLI), then kept in a frozen
+``Settings``: a process sees one consistent configuration even if something edits
+``os.environ`` mid-run. Child processes inherit the variables, which is how the
+CLI's options reach torchrun workers and multiprocessing children.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["ENV", "Settings"]
+
+
+class ENV:
+    """Names of the variables (so a typo is a NameError, not a silent no-op)."""
+
+    ENABLED = "FL_PATCH"  # "0"/"false"/"off": fl_patch does nothing at all
+    STRICT = "FL_PATCH_STRICT"  # "1": any patch problem is an error
+    DISABLE = "FL_PATCH_DISABLE"  # targets or method keys to skip, comma-separated
+    REGISTRY = "FL_PATCH_REGISTRY"  # registry modules to import, comma-separated
+    PACKS = "FL_PATCH_PACKS"  # shipped packs to enable ("none", or names); default: all
+    PREFER = "MG_FL_PREFER"  # vendor priority list, FlagScale's variable
+    REPORT = "FL_PATCH_REPORT"  # "1": print a report at exit (counts calls)
+    ENTRY_POINTS = "FL_PATCH_ENTRY_POINTS"  # "0": ignore installed entry points
+    FLAGSCALE = "FL_PATCH_FLAGSCALE"  # "0": ignore a FlagScale-style plugin tree
+
+
+_FALSE = {"0", "false", "no", "off"}
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    value = environ.get(name, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    return default
+
+
+def _csv(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in environ.get(name, "").split(",") if item.strip())
+
+
+def enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether fl_patch is on at all (``FL_PATCH=0`` turns it off)."""
+    return _flag(os.environ if environ is None else environ, ENV.ENABLED, True)
+
+
+@dataclass(frozen=True)
+class Settings:
+    enabled: bool = True
+    strict: bool = False
+    disabled_targets: frozenset[str] = frozenset()
+    registry_modules: tuple[str, ...] = ()
+    packs: tuple[str, ...] | None = None  # None: every shipped pack
+    prefer: tuple[str, ...] = ()
+    report_at_exit: bool = False
+    entry_points: bool = True
+    flagscale_tree: bool = True
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        packs_raw = env.get(ENV.PACKS)
+        packs: tuple[str, ...] | None
+        if packs_raw is None or packs_raw.strip().lower() in ("", "all"):
+            packs = None
+        elif packs_raw.strip().lower() == "none":
+            packs = ()
+        else:
+            packs = _csv(env, ENV.PACKS)
+        return cls(
+            enabled=_flag(env, ENV.ENABLED, True),
+            strict=_flag(env, ENV.STRICT, False),
+            disabled_targets=frozenset(_csv(env, ENV.DISABLE)),
+            registry_modules=_csv(env, ENV.REGISTRY),
+            packs=packs,
+            prefer=tuple(v.lower() for v in _csv(env, ENV.PREFER)),
+            report_at_exit=_flag(env, ENV.REPORT, False),
+            entry_points=_flag(env, ENV.ENTRY_POINTS, True),
+            flagscale_tree=_flag(env, ENV.FLAGSCALE, True),
+        )

@@ -1,0 +1,113 @@
+"""Where registrations come from, and only from there.
+
+1. Packs shipped in ``fl_patch/impls/`` (``FL_PATCH_PACKS``; default: all of them.
+   Each pack registers for its own vendor, so the CPU pack is inert on a GPU machine).
+2. Modules named in ``FL_PATCH_REGISTRY`` or ``--registry``.
+3. Installed distributions' entry points in the group ``fl_patch.registries``.
+4. A FlagScale-style plugin tree: ``megatron/plugin/override_registry.py`` on a
+   ``sys.path`` entry the user put there (``PYTHONPATH``, site-packages), never one
+   that is there only because it is the current directory.
+
+1 and 2 load at ``install()``. 3 and 4 are discovered when the first megatron module
+starts loading: scanning installed distributions and probing a namespace package
+cost milliseconds that a process which never imports megatron should not pay.
+A source that fails is a problem (one warning, or an error in strict mode); the
+others still load.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import importlib.metadata
+import os
+import sys
+import types
+
+from ._errors import ProblemSink
+from .impls import PACKS
+
+__all__ = ["ENTRY_POINT_GROUP", "FLAGSCALE_REGISTRY", "load_entry_points", "load_flagscale_tree", "load_packs", "load_registry_modules"]
+
+ENTRY_POINT_GROUP = "fl_patch.registries"
+FLAGSCALE_REGISTRY = "megatron.plugin.override_registry"
+
+
+def _import_source(module_name: str, what: str, problems: ProblemSink) -> types.ModuleType | None:
+    try:
+        return importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001  (a broken registry must not kill the run unless strict)
+        problems.problem(f"fl_patch: {what} {module_name!r} failed to import: {type(exc).__name__}: {exc}")
+        return None
+
+
+def load_packs(names: tuple[str, ...] | None, problems: ProblemSink) -> list[str]:
+    """Import the registry module of each named pack (all shipped packs for None)."""
+    loaded = []
+    for name in PACKS if names is None else names:
+        registry_module = PACKS.get(name)
+        if registry_module is None:
+            problems.problem(f"fl_patch: FL_PATCH_PACKS names unknown pack {name!r} (shipped: {', '.join(PACKS)})")
+            continue
+        if _import_source(registry_module, "pack registry", problems) is not None:
+            loaded.append(name)
+    return loaded
+
+
+def load_registry_modules(names: tuple[str, ...], problems: ProblemSink) -> list[str]:
+    return [name for name in names if _import_source(name, "registry module", problems) is not None]
+
+
+def load_entry_points(problems: ProblemSink) -> list[str]:
+    """Load each ``fl_patch.registries`` entry point; a callable one is called."""
+    loaded = []
+    try:
+        entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    except Exception as exc:  # noqa: BLE001
+        problems.problem(f"fl_patch: cannot read installed entry points: {exc!r}")
+        return loaded
+    for entry_point in entry_points:
+        label = f"{entry_point.name} = {entry_point.value}"
+        try:
+            obj = entry_point.load()
+            if callable(obj) and not isinstance(obj, types.ModuleType):
+                obj()
+        except Exception as exc:  # noqa: BLE001
+            problems.problem(f"fl_patch: entry point {label!r} ({ENTRY_POINT_GROUP}) failed: {type(exc).__name__}: {exc}")
+            continue
+        loaded.append(label)
+    return loaded
+
+
+def _named_path_entries() -> list[str]:
+    """sys.path entries except those present only as the current directory."""
+    named = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    cwd = os.getcwd()
+    entries = []
+    for entry in sys.path:
+        absolute = os.path.abspath(entry) if entry else cwd
+        if (entry == "" or absolute == cwd) and absolute not in named:
+            continue
+        entries.append(absolute)
+    return entries
+
+
+def load_flagscale_tree(problems: ProblemSink) -> str | None:
+    """Import ``megatron.plugin.override_registry`` if a plugin tree provides one."""
+    if FLAGSCALE_REGISTRY in sys.modules:
+        return FLAGSCALE_REGISTRY
+    megatron = sys.modules.get("megatron")
+    search = list(getattr(megatron, "__path__", []) or [])
+    allowed = _named_path_entries()
+    trees = [p for p in search if os.path.dirname(os.path.abspath(p)) in allowed]
+    if not trees:
+        return None
+    try:
+        spec = importlib.machinery.PathFinder.find_spec("megatron.plugin", trees)
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+        found = importlib.machinery.PathFinder.find_spec(FLAGSCALE_REGISTRY, locations) if locations else None
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        return None
+    return FLAGSCALE_REGISTRY if _import_source(FLAGSCALE_REGISTRY, "FlagScale registry", problems) else None

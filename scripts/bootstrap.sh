@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Creates .venv with everything fl_patch, its tests and its demo need, from nothing.
+# Idempotent: a second run with an unchanged pyproject.toml returns at once.
+#
+# Why not just `pip install -e .`: megatron-core >= 0.17 declares Python >= 3.12 but
+# its megatron/core runs on 3.11, so it is installed with --ignore-requires-python
+# after numpy and packaging (else pip tries to build numpy from source); and torch is
+# pinned to the CPU build when no GPU is present (an unpinned torch pulls GBs of CUDA).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=.venv
+stamp=$VENV/.fl_patch_bootstrap
+want=$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VENV/bin/python" -c "import fl_patch, megatron.core.utils, torch" 2>/dev/null; then
+  exit 0
+fi
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+"${pip[@]}" --upgrade pip >/dev/null 2>&1 || true
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
+    "${pip[@]}" torch
+  else
+    "${pip[@]}" "torch==${FL_PATCH_TORCH:-2.13.0}" || "${pip[@]}" torch --index-url https://download.pytorch.org/whl/cpu
+  fi
+fi
+"${pip[@]}" numpy "packaging>=24.2"
+"${pip[@]}" --ignore-requires-python "megatron-core==${FL_PATCH_MEGATRON_CORE:-0.19.2}"
+"${pip[@]}" --ignore-requires-python -e ".[test,train]"
+echo "$want" > "$stamp"
