@@ -32,7 +32,7 @@ from ._resolve import Kind, load_impl, owned_path, resolve_in, unwrap
 from ._settings import Settings
 from ._vendors import detect_platform, vendor_priority
 
-__all__ = ["Engine", "FLAGSCALE_DECORATORS"]
+__all__ = ["FLAGSCALE_DECORATORS", "Engine"]
 
 # Served by fl_patch when no real FlagScale ``megatron.plugin.decorators`` exists.
 FLAGSCALE_DECORATORS = "megatron.plugin.decorators"

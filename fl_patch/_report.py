@@ -47,9 +47,9 @@ def format_table(records: list[PatchRecord], columns: tuple[str, ...] | None = N
     columns = columns or ("status", "target", "vendor", "chosen_vendor", "impl", "detail")
     rows = [[_cell(getattr(record, column)) for column in columns] for record in records]
     widths = [max([len(column)] + [len(row[i]) for row in rows]) for i, column in enumerate(columns)]
-    lines = ["  ".join(column.ljust(width) for column, width in zip(columns, widths)).rstrip()]
+    lines = ["  ".join(column.ljust(width) for column, width in zip(columns, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * width for width in widths))
-    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     return "\n".join(lines)
 
 

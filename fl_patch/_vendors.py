@@ -31,7 +31,7 @@ def detect_platform() -> str:
             return platform
     torch = sys.modules.get("torch")
     if torch is None or not hasattr(torch, "cuda"):
-        import torch  # noqa: PLC0415  (deferred on purpose: see module docstring)
+        import torch
     if torch.cuda.is_available():
         return "cuda"
     xpu = getattr(torch, "xpu", None)

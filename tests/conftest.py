@@ -1,0 +1,102 @@
+"""Shared fixtures.
+
+Two kinds of test live here. In-process tests patch the real megatron-core that
+this pytest process imported once (``megatron_core`` fixture); the ``engine``
+fixture gives each a clean fl_patch (no registrations, not installed) and undoes
+everything afterwards. Subprocess tests (``run_python``) start a fresh
+interpreter, which is the only honest way to test what happens *before* a first
+import, at interpreter start-up, or across processes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import fl_patch
+from fl_patch import _activation
+
+REPO = Path(__file__).resolve().parents[1]
+SUPPORT = Path(__file__).resolve().parent / "support"
+
+# Keep subprocesses and this process off the user's own configuration.
+for _name in list(os.environ):
+    if _name.startswith("FL_PATCH") or _name == "MG_FL_PREFER":
+        del os.environ[_name]
+
+
+def clean_env(**overrides: str) -> dict[str, str]:
+    """os.environ without fl_patch variables, with the repo and test support on PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("FL_PATCH") or k == "MG_FL_PREFER")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(SUPPORT)])
+    env["PYTHONWARNINGS"] = "ignore::UserWarning:megatron,ignore:Transformer Engine and Apex:UserWarning"
+    env.update(overrides)
+    return env
+
+
+@pytest.fixture
+def run_python():
+    """Run ``python <args>`` in a fresh interpreter; returns the CompletedProcess."""
+
+    def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: str | Path | None = None,
+            check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, *args],
+            env=env if env is not None else clean_env(),
+            cwd=str(cwd or REPO),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"python {' '.join(args)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}"
+            )
+        return proc
+
+    return run
+
+
+@pytest.fixture
+def engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """A clean fl_patch: no registrations, no packs, not installed; reset afterwards."""
+    _activation._reset_for_tests()
+    monkeypatch.setenv("FL_PATCH_PACKS", "none")
+    monkeypatch.setenv("FL_PATCH_ENTRY_POINTS", "0")
+    monkeypatch.setenv("FL_PATCH_FLAGSCALE", "0")
+    yield _activation.ENGINE
+    _activation._reset_for_tests()
+
+
+@pytest.fixture(scope="session")
+def megatron_core() -> object:
+    """Import the real megatron.core once for in-process tests.
+
+    With a CPU-only torch, ``import megatron.core`` fails on an unconditional
+    ``import triton``; the CPU pack's stand-in module is substituted for that one
+    import, then fl_patch is reset so tests start from upstream megatron-core.
+    """
+    _activation._reset_for_tests()
+    fl_patch.register(
+        "megatron.core.transformer.moe.ops.paged_stash", "fl_patch.impls.cpu.paged_stash_ops", vendor="default"
+    )
+    os.environ["FL_PATCH_PACKS"] = "none"
+    try:
+        fl_patch.install()
+        import megatron.core
+        import megatron.core.optimizer
+        import megatron.core.optimizer_param_scheduler
+    finally:
+        # Keep the stand-in module imported (upstream's cannot import here), forget the rest.
+        stub = sys.modules.get("megatron.core.transformer.moe.ops.paged_stash")
+        _activation._reset_for_tests()
+        if stub is not None:
+            sys.modules["megatron.core.transformer.moe.ops.paged_stash"] = stub
+        del os.environ["FL_PATCH_PACKS"]
+    return megatron.core
