@@ -258,7 +258,10 @@ class Engine:
                 patch = install(target, resolved, replacement, late=late)
             except (AttributeError, TypeError) as exc:
                 return self._fail(
-                    target, registration, Status.IMPL_FAILED, f"cannot set {resolved.name!r} on {_describe(resolved.holder)}: {exc}"
+                    target,
+                    registration,
+                    Status.IMPL_FAILED,
+                    f"cannot set {resolved.name!r} on {_describe(resolved.holder)}: {exc}",
                 )
             self._supersede(state, patch)
             state.kind = patch.kind
@@ -331,7 +334,9 @@ class Engine:
             self._fail(fullname, registration, Status.IMPL_FAILED, f"{type(exc).__name__}: {exc}")
             return None
         if not isinstance(impl, types.ModuleType):
-            self._fail(fullname, registration, Status.IMPL_FAILED, f"target is a module, impl is a {type(impl).__name__}")
+            self._fail(
+                fullname, registration, Status.IMPL_FAILED, f"target is a module, impl is a {type(impl).__name__}"
+            )
             return None
         parent_name, _, child = fullname.rpartition(".")
         with self._lock:
@@ -369,7 +374,9 @@ class Engine:
             self._fail(fullname, selection.chosen, Status.IMPL_FAILED, f"{type(exc).__name__}: {exc}")
             return
         if not isinstance(impl, types.ModuleType):
-            self._fail(fullname, selection.chosen, Status.IMPL_FAILED, f"target is a module, impl is a {type(impl).__name__}")
+            self._fail(
+                fullname, selection.chosen, Status.IMPL_FAILED, f"target is a module, impl is a {type(impl).__name__}"
+            )
             return
         parent_name, _, child = fullname.rpartition(".")
         parent = sys.modules.get(parent_name)
@@ -460,7 +467,9 @@ class Engine:
                 break
             resolved = resolve_in(module, attr_path)
             if not resolved.exists:
-                raise LookupError(f"fl_patch.original({target!r}): {_describe(resolved.holder)} has no attribute {resolved.name!r}")
+                raise LookupError(
+                    f"fl_patch.original({target!r}): {_describe(resolved.holder)} has no attribute {resolved.name!r}"
+                )
             return unwrap(resolved.raw)
         if target in sys.modules:
             return sys.modules[target]
@@ -547,7 +556,9 @@ def _stale_subclass(impl: object, current: object, registration: Registration) -
         and isinstance(current, type)
         and impl is not current
         and not issubclass(impl, current)
-        and any(base.__qualname__ == current.__qualname__ and base.__module__ == current.__module__ for base in impl.__mro__)
+        and any(
+            base.__qualname__ == current.__qualname__ and base.__module__ == current.__module__ for base in impl.__mro__
+        )
     )
 
 

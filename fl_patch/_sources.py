@@ -27,7 +27,14 @@ import types
 from ._errors import ProblemSink
 from .impls import PACKS
 
-__all__ = ["ENTRY_POINT_GROUP", "FLAGSCALE_REGISTRY", "load_entry_points", "load_flagscale_tree", "load_packs", "load_registry_modules"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "FLAGSCALE_REGISTRY",
+    "load_entry_points",
+    "load_flagscale_tree",
+    "load_packs",
+    "load_registry_modules",
+]
 
 ENTRY_POINT_GROUP = "fl_patch.registries"
 FLAGSCALE_REGISTRY = "megatron.plugin.override_registry"
@@ -73,7 +80,9 @@ def load_entry_points(problems: ProblemSink) -> list[str]:
             if callable(obj) and not isinstance(obj, types.ModuleType):
                 obj()
         except Exception as exc:  # noqa: BLE001
-            problems.problem(f"fl_patch: entry point {label!r} ({ENTRY_POINT_GROUP}) failed: {type(exc).__name__}: {exc}")
+            problems.problem(
+                f"fl_patch: entry point {label!r} ({ENTRY_POINT_GROUP}) failed: {type(exc).__name__}: {exc}"
+            )
             continue
         loaded.append(label)
     return loaded

@@ -43,8 +43,14 @@ def clean_env(**overrides: str) -> dict[str, str]:
 def run_python():
     """Run ``python <args>`` in a fresh interpreter; returns the CompletedProcess."""
 
-    def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: str | Path | None = None,
-            check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str,
+        env: dict[str, str] | None = None,
+        timeout: float = 300,
+        cwd: str | Path | None = None,
+        check: bool = True,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             [sys.executable, *args],
             env=env if env is not None else clean_env(),

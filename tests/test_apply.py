@@ -118,7 +118,10 @@ def test_inherited_method_patched_on_a_subclass_only(plugin):
     target = "megatron.core.optimizer.optimizer.Float16OptimizerWithFloat16Params._unscale_main_grads_and_check_for_nan"
     fl_patch.register(target, f"{PLUGIN}.unscale_main_grads_and_check_for_nan")
     fl_patch.install()
-    assert Float16OptimizerWithFloat16Params._unscale_main_grads_and_check_for_nan is plugin.unscale_main_grads_and_check_for_nan
+    assert (
+        Float16OptimizerWithFloat16Params._unscale_main_grads_and_check_for_nan
+        is plugin.unscale_main_grads_and_check_for_nan
+    )
     assert MixedPrecisionOptimizer._unscale_main_grads_and_check_for_nan is upstream
     assert DistributedOptimizer._unscale_main_grads_and_check_for_nan is upstream
     assert fl_patch.original(target) is upstream
@@ -169,8 +172,16 @@ def _sgd() -> torch.optim.Optimizer:
 
 def _scheduler_args() -> dict[str, object]:
     return dict(
-        init_lr=0.0, max_lr=1.0, min_lr=0.1, lr_warmup_steps=2, lr_decay_steps=10, lr_decay_style="linear",
-        start_wd=0.0, end_wd=0.0, wd_incr_steps=10, wd_incr_style="constant",
+        init_lr=0.0,
+        max_lr=1.0,
+        min_lr=0.1,
+        lr_warmup_steps=2,
+        lr_decay_steps=10,
+        lr_decay_style="linear",
+        start_wd=0.0,
+        end_wd=0.0,
+        wd_incr_steps=10,
+        wd_incr_style="constant",
     )
 
 
