@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec
 
-from ._aliases import modules_since, rebind_aliases, sweepable
+from ._aliases import modules_since, rebind_aliases, restore_later_imports, sweepable
 from ._apply import AppliedPatch, ImplMismatch, build_replacement, install, revert
 from ._errors import FlPatchError, ProblemSink
 from ._registry import Registration, Registry, Selection
@@ -308,7 +308,7 @@ class Engine:
         # get_grad_norm_fp32``): not aliases we rebound, but upstream must run after
         # uninstall(), so names in the target's own package that hold the impl go back
         # to the original. Names elsewhere (the plugin, the user's script) are theirs.
-        restore: dict[int, tuple[object, object]] = {}
+        restore: dict[int, list[tuple[object, object, str]]] = {}
         roots: set[str] = set()
         skip: set[str] = set()
         for patch in patches:
@@ -318,14 +318,12 @@ class Engine:
                 continue
             if getattr(patch.original, "__module__", None) != patch.holder.__name__:
                 continue
-            restore[id(patch.installed)] = (patch.installed, patch.original)
+            restore.setdefault(id(patch.installed), []).append((patch.installed, patch.original, patch.name))
             roots.add(patch.target.split(".")[0] + ".")
             impl_module = getattr(patch.installed, "__module__", None)
             if isinstance(impl_module, str):
                 skip.add(impl_module)
-        if not restore:
-            return
-        rebind_aliases(restore, modules_since(None), frozenset(skip), only_prefixes=tuple(roots))
+        restore_later_imports(restore, modules_since(None), frozenset(skip), tuple(roots))
 
     def _provide_module(self, fullname: str, registration: Registration) -> types.ModuleType | None:
         try:

@@ -1,0 +1,1 @@
+"""Impls that record what was loaded when they were imported (laziness tests)."""

@@ -1,0 +1,88 @@
+"""register() and vendor selection (fl_patch._registry)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import fl_patch
+from fl_patch import Status
+
+TARGET = "megatron.core.optimizer.clip_grads.get_grad_norm_fp32"
+
+
+def test_register_validates_at_once_and_names_the_bad_input(engine) -> None:
+    with pytest.raises(ValueError, match=r"invalid target 'megatron\.core\.\.x'"):
+        fl_patch.register("megatron.core..x", "pkg.mod.f")
+    with pytest.raises(ValueError, match=r"invalid impl 'pkg\.mod\. f'"):
+        fl_patch.register(TARGET, "pkg.mod. f")
+    with pytest.raises(ValueError, match="invalid impl None"):
+        fl_patch.register(TARGET, None)
+    with pytest.raises(ValueError, match="invalid vendor"):
+        fl_patch.register(TARGET, "pkg.mod.f", vendor="")
+    assert fl_patch.report() == []
+
+
+def test_register_is_lazy_and_records_where_it_was_called(engine) -> None:
+    registration = fl_patch.register(TARGET, "no_such_package_anywhere.impl")  # nothing imported yet
+    assert registration.source == __name__
+    assert registration.where is not None and registration.where[0] == __file__
+    assert registration.method_key == "clip_grads.get_grad_norm_fp32"
+    (record,) = fl_patch.report()
+    assert record.status is Status.WAITING and record.detail == "fl_patch is not installed"
+
+
+def test_same_target_and_vendor_twice_the_later_wins_with_a_warning(engine) -> None:
+    fl_patch.register(TARGET, "first.impl")
+    with pytest.warns(fl_patch.FlPatchWarning, match=r"registered twice: second\.impl .* replaces first\.impl"):
+        fl_patch.register(TARGET, "second.impl")
+    (record,) = fl_patch.report()
+    assert record.impl == "second.impl"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fl_patch.register(TARGET, "second.impl")  # the very same registration again: nothing to warn about
+
+
+def test_impl_object_is_described_by_its_qualified_name(engine) -> None:
+    def my_norm(grads_for_norm, norm_type=2, grad_stats_parallel_group=None):
+        return 0.0
+
+    registration = fl_patch.register(TARGET, my_norm)
+    assert registration.impl is my_norm
+    assert registration.impl_name.endswith("test_impl_object_is_described_by_its_qualified_name.<locals>.my_norm")
+
+
+def test_vendor_priority_selects_and_others_report_the_choice(engine, monkeypatch) -> None:
+    fl_patch.register(TARGET, "impl.default_version")
+    fl_patch.register(TARGET, "impl.musa_version", vendor="MUSA")
+    monkeypatch.setenv("MG_FL_PREFER", "musa")
+    fl_patch.install()
+    records = {r.vendor: r for r in fl_patch.report()}
+    assert records["musa"].chosen_vendor == "musa"
+    assert records["default"].status is Status.OTHER_VENDOR
+    assert records["default"].detail == "vendor 'musa' chosen"
+    fl_patch.uninstall()
+
+    monkeypatch.delenv("MG_FL_PREFER")
+    fl_patch.install()
+    records = {r.vendor: r for r in fl_patch.report()}
+    assert records["default"].chosen_vendor == "default"
+    assert records["musa"].status is Status.OTHER_VENDOR
+
+
+def test_no_impl_for_the_chosen_vendors_leaves_the_target_upstream(engine, monkeypatch) -> None:
+    fl_patch.register(TARGET, "impl.musa_version", vendor="musa")
+    fl_patch.install()  # this machine: cpu, then default
+    (record,) = fl_patch.report()
+    assert record.status is Status.OTHER_VENDOR and record.chosen_vendor is None
+    assert "no impl for vendors cpu, default" in record.detail
+
+
+@pytest.mark.parametrize("disable", [TARGET, "clip_grads.get_grad_norm_fp32", f"other.x, {TARGET}"])
+def test_disable_by_target_or_method_key(engine, monkeypatch, disable: str) -> None:
+    fl_patch.register(TARGET, "impl.default_version")
+    monkeypatch.setenv("FL_PATCH_DISABLE", disable)
+    fl_patch.install()
+    (record,) = fl_patch.report()
+    assert record.status is Status.DISABLED
