@@ -94,13 +94,16 @@ def restore_later_imports(
     modules: Iterable[object],
     skip_module_names: frozenset[str],
     only_prefixes: tuple[str, ...],
+    patch_sites: frozenset[tuple[int, str]] = frozenset(),
 ) -> None:
     """Point names bound to an installed impl back at the original (for ``uninstall()``).
 
     ``restore`` maps ``id(installed)`` to ``[(installed, original, attribute name)]``.
     One impl object may be installed for several targets; then only a name equal to a
     target's attribute name (``from .clip_grads import get_grad_norm_fp32``) can be
-    told apart, and other names bound to it are left alone.
+    told apart, and other names bound to it are left alone. ``patch_sites`` holds
+    ``(id(module), name)`` of the places patched themselves: their revert is exact
+    and must not be pre-empted here.
     """
     if not restore:
         return
@@ -115,7 +118,7 @@ def restore_later_imports(
             continue
         for name, value in list(namespace.items()):
             candidates = restore.get(id(value))
-            if not candidates:
+            if not candidates or (id(module), name) in patch_sites:
                 continue
             matching = [c for c in candidates if c[0] is value and (len(candidates) == 1 or c[2] == name)]
             if len(matching) == 1:

@@ -28,7 +28,7 @@ from ._apply import AppliedPatch, ImplMismatch, build_replacement, install, reve
 from ._errors import FlPatchError, ProblemSink
 from ._registry import Registration, Registry, Selection
 from ._report import PatchRecord, Status
-from ._resolve import Kind, load_impl, owned_path, resolve_in, unwrap
+from ._resolve import Kind, describe, load_impl, owned_path, resolve_in, unwrap
 from ._settings import Settings
 from ._vendors import detect_platform, vendor_priority
 
@@ -232,7 +232,7 @@ class Engine:
                 target,
                 registration,
                 Status.TARGET_MISSING,
-                f"{_describe(resolved.holder)} has no attribute {resolved.name!r}{_megatron_version_note(target)}",
+                f"{describe(resolved.holder)} has no attribute {resolved.name!r}{_megatron_version_note(target)}",
             )
         with self._lock:
             if any(p.holder is resolved.holder and p.name == resolved.name and p.is_in_place() for p in state.patches):
@@ -261,7 +261,7 @@ class Engine:
                     target,
                     registration,
                     Status.IMPL_FAILED,
-                    f"cannot set {resolved.name!r} on {_describe(resolved.holder)}: {exc}",
+                    f"cannot set {resolved.name!r} on {describe(resolved.holder)}: {exc}",
                 )
             self._supersede(state, patch)
             state.kind = patch.kind
@@ -323,7 +323,8 @@ class Engine:
             impl_module = getattr(patch.installed, "__module__", None)
             if isinstance(impl_module, str):
                 skip.add(impl_module)
-        restore_later_imports(restore, modules_since(None), frozenset(skip), tuple(roots))
+        sites = frozenset((id(patch.holder), patch.name) for patch in patches)
+        restore_later_imports(restore, modules_since(None), frozenset(skip), tuple(roots), sites)
 
     def _provide_module(self, fullname: str, registration: Registration) -> types.ModuleType | None:
         try:
@@ -466,7 +467,7 @@ class Engine:
             resolved = resolve_in(module, attr_path)
             if not resolved.exists:
                 raise LookupError(
-                    f"fl_patch.original({target!r}): {_describe(resolved.holder)} has no attribute {resolved.name!r}"
+                    f"fl_patch.original({target!r}): {describe(resolved.holder)} has no attribute {resolved.name!r}"
                 )
             return unwrap(resolved.raw)
         if target in sys.modules:
@@ -558,14 +559,6 @@ def _stale_subclass(impl: object, current: object, registration: Registration) -
             base.__qualname__ == current.__qualname__ and base.__module__ == current.__module__ for base in impl.__mro__
         )
     )
-
-
-def _describe(holder: object) -> str:
-    if isinstance(holder, types.ModuleType):
-        return f"module {holder.__name__}"
-    if isinstance(holder, type):
-        return f"class {holder.__module__}.{holder.__qualname__}"
-    return repr(holder)
 
 
 def _megatron_version_note(target: str) -> str:

@@ -22,7 +22,7 @@ import wrapt
 
 from ._targets import parse_impl_path
 
-__all__ = ["Kind", "Resolved", "load_impl", "owned_path", "resolve_in", "unwrap"]
+__all__ = ["Kind", "Resolved", "describe", "load_impl", "owned_path", "resolve_in", "unwrap"]
 
 _MISSING = object()
 
@@ -103,23 +103,34 @@ def owned_path(module: types.ModuleType, parts: tuple[str, ...]) -> tuple[str, .
 def resolve_in(module: types.ModuleType, attr_path: tuple[str, ...]) -> Resolved:
     """Resolve ``attr_path`` in ``module``; a missing last segment gives ``exists=False``.
 
-    Raises ``AttributeError`` when a segment before the last is missing (the holder
-    itself does not exist).
+    Raises ``AttributeError`` naming the first missing segment when one before the
+    last is missing (the holder itself does not exist).
     """
-    name = attr_path[-1]
     try:
         holder, name, raw = wrapt.resolve_path(module, ".".join(attr_path))
     except AttributeError:
-        if len(attr_path) == 1:
-            holder = module
-        else:
-            _, _, holder = wrapt.resolve_path(module, ".".join(attr_path[:-1]))
-        return Resolved(holder, name, _MISSING, False)
+        holder = module
+        for segment in attr_path[:-1]:
+            try:
+                holder = getattr(holder, segment)
+            except AttributeError:
+                what = "attribute or submodule" if hasattr(holder, "__path__") else "attribute"
+                raise AttributeError(f"{describe(holder)} has no {what} {segment!r}") from None
+        return Resolved(holder, attr_path[-1], _MISSING, False)
     try:
         own = name in vars(holder)
     except TypeError:
         own = False
     return Resolved(holder, name, raw, own)
+
+
+def describe(holder: object) -> str:
+    """``module a.b`` / ``class a.b.C``, for messages."""
+    if isinstance(holder, types.ModuleType):
+        return f"module {holder.__name__}"
+    if isinstance(holder, type):
+        return f"class {holder.__module__}.{holder.__qualname__}"
+    return repr(holder)
 
 
 def unwrap(raw: object) -> object:

@@ -1,0 +1,1 @@
+"""A deliberately broken plugin: one module per way a plugin can fail."""

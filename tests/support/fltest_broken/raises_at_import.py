@@ -1,0 +1,3 @@
+"""Fails at import: raises while its body runs."""
+
+raise RuntimeError("vendor library initialisation failed: no device found")

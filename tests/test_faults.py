@@ -1,0 +1,173 @@
+"""Fault injection: every way a plugin can break, in default and in strict mode.
+
+Default mode: upstream code keeps running, exactly one ``FlPatchWarning`` names the
+target, the impl and the cause, and ``report()`` records it. Strict mode
+(``FL_PATCH_STRICT=1``): the same message is raised as ``FlPatchError`` at start-up.
+The targets are real megatron-core 0.19.2 objects; the broken plugin is synthetic
+(``tests/support/fltest_broken``), since megatron cannot show a broken plugin.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import fl_patch
+from fl_patch import FlPatchError, FlPatchWarning, Status
+
+DIVIDE = "megatron.core.utils.divide"
+SCHEDULER = "megatron.core.optimizer_param_scheduler.OptimizerParamScheduler"
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    target: str
+    impl: str
+    status: Status
+    cause: str  # regex that the message must contain
+    upstream_module: str  # where the upstream object lives (must stay in place)
+    upstream_name: str
+
+
+FAULTS = [
+    Fault("impl module raises ImportError", DIVIDE, "fltest_broken.import_error.impl", Status.IMPL_FAILED,
+          "ModuleNotFoundError: No module named 'fltest_no_such_dependency'", "megatron.core.utils", "divide"),
+    Fault("impl module has a SyntaxError", DIVIDE, "fltest_broken.syntax_error.impl", Status.IMPL_FAILED,
+          r"SyntaxError: .*syntax_error\.py", "megatron.core.utils", "divide"),
+    Fault("impl module raises at import", DIVIDE, "fltest_broken.raises_at_import.impl", Status.IMPL_FAILED,
+          "RuntimeError: vendor library initialisation failed", "megatron.core.utils", "divide"),
+    Fault("impl attribute missing", DIVIDE, "fltest_broken.usable.no_such_impl", Status.IMPL_FAILED,
+          "AttributeError: module 'fltest_broken.usable' has no attribute 'no_such_impl'", "megatron.core.utils", "divide"),
+    Fault("impl not callable", DIVIDE, "fltest_broken.usable.NOT_CALLABLE", Status.IMPL_FAILED,
+          "target is a function, impl is not callable", "megatron.core.utils", "divide"),
+    Fault("target module missing", "megatron.core.optimizer.no_such_module.get_grad_norm_fp32",
+          "fltest_broken.usable.impl", Status.TARGET_MISSING,
+          "module megatron.core.optimizer has no attribute or submodule 'no_such_module'", "megatron.core.utils", "divide"),
+    Fault("target attribute renamed", "megatron.core.optimizer.clip_grads.get_grad_norm",
+          "fltest_broken.usable.impl", Status.TARGET_MISSING,
+          r"module megatron.core.optimizer.clip_grads has no attribute 'get_grad_norm' \(installed megatron-core 0\.19\.2\)",
+          "megatron.core.optimizer.clip_grads", "get_grad_norm_fp32"),
+    Fault("target class missing", "megatron.core.optimizer.optimizer.MixedPrecisionOptimizerV2.step",
+          "fltest_broken.usable.impl", Status.TARGET_MISSING,
+          "module megatron.core.optimizer.optimizer has no attribute 'MixedPrecisionOptimizerV2'",
+          "megatron.core.optimizer.optimizer", "MixedPrecisionOptimizer"),
+    Fault("class replacement does not subclass", SCHEDULER, "fltest_broken.usable.NotASubclass", Status.IMPL_FAILED,
+          "does not subclass megatron.core.optimizer_param_scheduler.OptimizerParamScheduler",
+          "megatron.core.optimizer_param_scheduler", "OptimizerParamScheduler"),
+]
+
+
+def _upstream(fault: Fault) -> object:
+    return getattr(sys.modules[fault.upstream_module], fault.upstream_name)
+
+
+def _fl_patch_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, FlPatchWarning)]
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.name)
+def test_default_mode_runs_upstream_with_one_warning(megatron_core, engine, fault: Fault) -> None:
+    upstream = _upstream(fault)
+    fl_patch.register(fault.target, fault.impl)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert fl_patch.install()
+        # A second module load of the same kind does not repeat the warning.
+        engine.apply_loaded_modules()
+    (message,) = _fl_patch_warnings(caught)
+    assert fault.target in message and fault.impl in message
+    assert re.search(fault.cause, message), message
+    assert _upstream(fault) is upstream
+    (record,) = fl_patch.report()
+    assert record.status is fault.status
+    assert re.search(fault.cause, record.detail)
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.name)
+def test_strict_mode_fails_with_the_same_message(megatron_core, engine, monkeypatch, fault: Fault) -> None:
+    upstream = _upstream(fault)
+    fl_patch.register(fault.target, fault.impl)
+    monkeypatch.setenv("FL_PATCH_STRICT", "1")
+    with pytest.raises(FlPatchError) as info:
+        fl_patch.install()
+    assert fault.target in str(info.value) and fault.impl in str(info.value)
+    assert re.search(fault.cause, str(info.value))
+    assert _upstream(fault) is upstream
+
+
+def test_strict_failure_at_import_time_fails_that_import(megatron_core, engine, monkeypatch) -> None:
+    fl_patch.register("megatron.core.transformer.utils.attention_mask_func", "fltest_broken.import_error.impl")
+    monkeypatch.setenv("FL_PATCH_STRICT", "1")
+    saved = sys.modules.pop("megatron.core.transformer.utils")
+    try:
+        fl_patch.install()
+        with pytest.raises(FlPatchError, match="fltest_no_such_dependency"):
+            importlib.import_module("megatron.core.transformer.utils")
+        assert "megatron.core.transformer.utils" not in sys.modules
+    finally:
+        sys.modules["megatron.core.transformer.utils"] = saved
+
+
+def test_default_failure_at_import_time_keeps_the_import_working(megatron_core, engine) -> None:
+    fl_patch.register("megatron.core.transformer.utils.attention_mask_func", "fltest_broken.import_error.impl")
+    saved = sys.modules.pop("megatron.core.transformer.utils")
+    try:
+        fl_patch.install()
+        with pytest.warns(FlPatchWarning, match="attention_mask_func"):
+            fresh = importlib.import_module("megatron.core.transformer.utils")
+        assert fresh.attention_mask_func.__module__ == "megatron.core.transformer.utils"
+    finally:
+        sys.modules["megatron.core.transformer.utils"] = saved
+
+
+def test_registry_module_that_fails_to_import(megatron_core, engine, monkeypatch) -> None:
+    monkeypatch.setenv("FL_PATCH_REGISTRY", "fltest_broken.registry_raises,fltest_lazy.registry")
+    with pytest.warns(FlPatchWarning, match=r"registry module 'fltest_broken.registry_raises' failed to import: ImportError: registry depends on a missing vendor SDK"):
+        fl_patch.install()
+    # The other registry still loaded; what the broken one registered before failing is kept and reported.
+    targets = {r.target for r in fl_patch.report()}
+    assert "megatron.core.optimizer.clip_grads.get_grad_norm_fp32" in targets
+    fl_patch.uninstall()
+    monkeypatch.setenv("FL_PATCH_STRICT", "1")
+    fl_patch._activation._reset_for_tests()
+    with pytest.raises(FlPatchError, match="fltest_broken.registry_raises"):
+        fl_patch.install()
+
+
+def _write_distribution(root: Path, name: str, entry_point: str) -> None:
+    dist = root / f"{name}-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[fl_patch.registries]\nvendor = {entry_point}\n")
+
+
+def test_entry_points_register_and_a_broken_one_is_reported(megatron_core, engine, monkeypatch, tmp_path) -> None:
+    _write_distribution(tmp_path / "good", "fltest_good_vendor", "fltest_ep_registry")
+    (tmp_path / "good" / "fltest_ep_registry.py").write_text(
+        "from fl_patch import register\nregister('megatron.core.utils.divide', 'fltest_broken.usable.impl', vendor='musa')\n"
+    )
+    _write_distribution(tmp_path / "bad", "fltest_bad_vendor", "fltest_broken.registry_missing_module")
+    monkeypatch.syspath_prepend(str(tmp_path / "good"))
+    monkeypatch.syspath_prepend(str(tmp_path / "bad"))
+    importlib.invalidate_caches()
+    monkeypatch.setenv("FL_PATCH_ENTRY_POINTS", "1")
+    with pytest.warns(FlPatchWarning, match=r"entry point 'vendor = fltest_broken.registry_missing_module' \(fl_patch.registries\) failed: ModuleNotFoundError"):
+        fl_patch.install()  # megatron is already imported: deferred sources load now
+    assert [r.source for r in fl_patch.report()] == ["fltest_ep_registry"]
+    fl_patch._activation._reset_for_tests()
+    monkeypatch.setenv("FL_PATCH_STRICT", "1")
+    with pytest.raises(FlPatchError, match="registry_missing_module"):
+        fl_patch.install()
+
+
+def test_unknown_pack_is_reported(engine, monkeypatch) -> None:
+    monkeypatch.setenv("FL_PATCH_PACKS", "cpu,ascend")
+    with pytest.warns(FlPatchWarning, match="unknown pack 'ascend'"):
+        fl_patch.install()
