@@ -37,30 +37,87 @@ class Fault:
 
 
 FAULTS = [
-    Fault("impl module raises ImportError", DIVIDE, "fltest_broken.import_error.impl", Status.IMPL_FAILED,
-          "ModuleNotFoundError: No module named 'fltest_no_such_dependency'", "megatron.core.utils", "divide"),
-    Fault("impl module has a SyntaxError", DIVIDE, "fltest_broken.syntax_error.impl", Status.IMPL_FAILED,
-          r"SyntaxError: .*syntax_error\.py", "megatron.core.utils", "divide"),
-    Fault("impl module raises at import", DIVIDE, "fltest_broken.raises_at_import.impl", Status.IMPL_FAILED,
-          "RuntimeError: vendor library initialisation failed", "megatron.core.utils", "divide"),
-    Fault("impl attribute missing", DIVIDE, "fltest_broken.usable.no_such_impl", Status.IMPL_FAILED,
-          "AttributeError: module 'fltest_broken.usable' has no attribute 'no_such_impl'", "megatron.core.utils", "divide"),
-    Fault("impl not callable", DIVIDE, "fltest_broken.usable.NOT_CALLABLE", Status.IMPL_FAILED,
-          "target is a function, impl is not callable", "megatron.core.utils", "divide"),
-    Fault("target module missing", "megatron.core.optimizer.no_such_module.get_grad_norm_fp32",
-          "fltest_broken.usable.impl", Status.TARGET_MISSING,
-          "module megatron.core.optimizer has no attribute or submodule 'no_such_module'", "megatron.core.utils", "divide"),
-    Fault("target attribute renamed", "megatron.core.optimizer.clip_grads.get_grad_norm",
-          "fltest_broken.usable.impl", Status.TARGET_MISSING,
-          r"module megatron.core.optimizer.clip_grads has no attribute 'get_grad_norm' \(installed megatron-core 0\.19\.2\)",
-          "megatron.core.optimizer.clip_grads", "get_grad_norm_fp32"),
-    Fault("target class missing", "megatron.core.optimizer.optimizer.MixedPrecisionOptimizerV2.step",
-          "fltest_broken.usable.impl", Status.TARGET_MISSING,
-          "module megatron.core.optimizer.optimizer has no attribute 'MixedPrecisionOptimizerV2'",
-          "megatron.core.optimizer.optimizer", "MixedPrecisionOptimizer"),
-    Fault("class replacement does not subclass", SCHEDULER, "fltest_broken.usable.NotASubclass", Status.IMPL_FAILED,
-          "does not subclass megatron.core.optimizer_param_scheduler.OptimizerParamScheduler",
-          "megatron.core.optimizer_param_scheduler", "OptimizerParamScheduler"),
+    Fault(
+        "impl module raises ImportError",
+        DIVIDE,
+        "fltest_broken.import_error.impl",
+        Status.IMPL_FAILED,
+        "ModuleNotFoundError: No module named 'fltest_no_such_dependency'",
+        "megatron.core.utils",
+        "divide",
+    ),
+    Fault(
+        "impl module has a SyntaxError",
+        DIVIDE,
+        "fltest_broken.syntax_error.impl",
+        Status.IMPL_FAILED,
+        r"SyntaxError: .*syntax_error\.py",
+        "megatron.core.utils",
+        "divide",
+    ),
+    Fault(
+        "impl module raises at import",
+        DIVIDE,
+        "fltest_broken.raises_at_import.impl",
+        Status.IMPL_FAILED,
+        "RuntimeError: vendor library initialisation failed",
+        "megatron.core.utils",
+        "divide",
+    ),
+    Fault(
+        "impl attribute missing",
+        DIVIDE,
+        "fltest_broken.usable.no_such_impl",
+        Status.IMPL_FAILED,
+        "AttributeError: module 'fltest_broken.usable' has no attribute 'no_such_impl'",
+        "megatron.core.utils",
+        "divide",
+    ),
+    Fault(
+        "impl not callable",
+        DIVIDE,
+        "fltest_broken.usable.NOT_CALLABLE",
+        Status.IMPL_FAILED,
+        "target is a function, impl is not callable",
+        "megatron.core.utils",
+        "divide",
+    ),
+    Fault(
+        "target module missing",
+        "megatron.core.optimizer.no_such_module.get_grad_norm_fp32",
+        "fltest_broken.usable.impl",
+        Status.TARGET_MISSING,
+        "module megatron.core.optimizer has no attribute or submodule 'no_such_module'",
+        "megatron.core.utils",
+        "divide",
+    ),
+    Fault(
+        "target attribute renamed",
+        "megatron.core.optimizer.clip_grads.get_grad_norm",
+        "fltest_broken.usable.impl",
+        Status.TARGET_MISSING,
+        r"module megatron.core.optimizer.clip_grads has no attribute 'get_grad_norm' \(installed megatron-core 0\.19\.2\)",
+        "megatron.core.optimizer.clip_grads",
+        "get_grad_norm_fp32",
+    ),
+    Fault(
+        "target class missing",
+        "megatron.core.optimizer.optimizer.MixedPrecisionOptimizerV2.step",
+        "fltest_broken.usable.impl",
+        Status.TARGET_MISSING,
+        "module megatron.core.optimizer.optimizer has no attribute 'MixedPrecisionOptimizerV2'",
+        "megatron.core.optimizer.optimizer",
+        "MixedPrecisionOptimizer",
+    ),
+    Fault(
+        "class replacement does not subclass",
+        SCHEDULER,
+        "fltest_broken.usable.NotASubclass",
+        Status.IMPL_FAILED,
+        "does not subclass megatron.core.optimizer_param_scheduler.OptimizerParamScheduler",
+        "megatron.core.optimizer_param_scheduler",
+        "OptimizerParamScheduler",
+    ),
 ]
 
 
@@ -129,7 +186,10 @@ def test_default_failure_at_import_time_keeps_the_import_working(megatron_core, 
 
 def test_registry_module_that_fails_to_import(megatron_core, engine, monkeypatch) -> None:
     monkeypatch.setenv("FL_PATCH_REGISTRY", "fltest_broken.registry_raises,fltest_lazy.registry")
-    with pytest.warns(FlPatchWarning, match=r"registry module 'fltest_broken.registry_raises' failed to import: ImportError: registry depends on a missing vendor SDK"):
+    with pytest.warns(
+        FlPatchWarning,
+        match=r"registry module 'fltest_broken.registry_raises' failed to import: ImportError: registry depends on a missing vendor SDK",
+    ):
         fl_patch.install()
     # The other registry still loaded; what the broken one registered before failing is kept and reported.
     targets = {r.target for r in fl_patch.report()}
@@ -137,7 +197,7 @@ def test_registry_module_that_fails_to_import(megatron_core, engine, monkeypatch
     fl_patch.uninstall()
     monkeypatch.setenv("FL_PATCH_STRICT", "1")
     fl_patch._activation._reset_for_tests()
-    with pytest.raises(FlPatchError, match="fltest_broken.registry_raises"):
+    with pytest.raises(FlPatchError, match=r"fltest_broken\.registry_raises"):
         fl_patch.install()
 
 
@@ -158,7 +218,10 @@ def test_entry_points_register_and_a_broken_one_is_reported(megatron_core, engin
     monkeypatch.syspath_prepend(str(tmp_path / "bad"))
     importlib.invalidate_caches()
     monkeypatch.setenv("FL_PATCH_ENTRY_POINTS", "1")
-    with pytest.warns(FlPatchWarning, match=r"entry point 'vendor = fltest_broken.registry_missing_module' \(fl_patch.registries\) failed: ModuleNotFoundError"):
+    with pytest.warns(
+        FlPatchWarning,
+        match=r"entry point 'vendor = fltest_broken.registry_missing_module' \(fl_patch.registries\) failed: ModuleNotFoundError",
+    ):
         fl_patch.install()  # megatron is already imported: deferred sources load now
     assert [r.source for r in fl_patch.report()] == ["fltest_ep_registry"]
     fl_patch._activation._reset_for_tests()

@@ -65,7 +65,10 @@ CATALOG = [
         "megatron.core.optimizer.distrib_optimizer.DistributedOptimizer._is_distopt_quantized_param",
         "fltest_plugin.impls.is_distopt_quantized_param",
     ),
-    ("megatron.core.optimizer_param_scheduler.OptimizerParamScheduler", "fltest_plugin.impls.WarmupStableDecayScheduler"),
+    (
+        "megatron.core.optimizer_param_scheduler.OptimizerParamScheduler",
+        "fltest_plugin.impls.WarmupStableDecayScheduler",
+    ),
     ("megatron.core.tensor_parallel.random._MODEL_PARALLEL_RNG_TRACKER_NAME", "fltest_plugin.impls.RNG_TRACKER_NAME"),
     ("megatron.core.tensor_parallel.random.torch", "fltest_plugin.impls.CPU_DEVICE"),
     ("megatron.core.utils.fltest_created_name", "fltest_plugin.impls.divide"),
@@ -112,9 +115,8 @@ def test_install_uninstall_round_trip_restores_every_original(megatron_core, mon
 def test_fork_after_install_keeps_the_patches(megatron_core, engine) -> None:
     import os
 
-    from megatron.core import utils
-
     import fltest_plugin.impls as impls
+    from megatron.core import utils
 
     fl_patch.register("megatron.core.utils.divide", "fltest_plugin.impls.divide")
     fl_patch.install()

@@ -35,7 +35,9 @@ def test_unknown_preferred_vendor_warns_once_naming_it(engine, monkeypatch) -> N
     fl_patch.register("megatron.core.utils.divide", "impl.divide", vendor="musa")
     monkeypatch.setenv("MG_FL_PREFER", "kunlun,musa")
     fl_patch.install()
-    with pytest.warns(fl_patch.FlPatchWarning, match=r"vendor 'kunlun', which no registration provides \(registered vendors: musa\)"):
+    with pytest.warns(
+        fl_patch.FlPatchWarning, match=r"vendor 'kunlun', which no registration provides \(registered vendors: musa\)"
+    ):
         engine.check_preferred_vendors()
     (record,) = fl_patch.report()
     assert record.chosen_vendor == "musa"  # the known vendor in the list still applies
