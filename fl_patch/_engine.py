@@ -26,7 +26,7 @@ from importlib.machinery import ModuleSpec
 from ._aliases import modules_since, rebind_aliases, restore_later_imports, sweepable
 from ._apply import AppliedPatch, ImplMismatch, build_replacement, install, revert
 from ._errors import FlPatchError, ProblemSink
-from ._registry import Registration, Registry, Selection
+from ._registry import REGISTRY, Registration, Registry, Selection
 from ._report import PatchRecord, Status
 from ._resolve import Kind, describe, load_impl, owned_path, resolve_in, unwrap
 from ._settings import Settings
@@ -59,8 +59,8 @@ class TargetState:
 
 
 class Engine:
-    def __init__(self) -> None:
-        self.registry = Registry()
+    def __init__(self, registry: Registry | None = None) -> None:
+        self.registry = registry if registry is not None else REGISTRY
         self.problems = ProblemSink()
         self.settings = Settings()
         self.installed = False

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ._errors import FlPatchWarning
 from ._targets import method_key, parse_impl_path, parse_target, parse_vendor
 
-__all__ = ["Registration", "Registry", "Selection"]
+__all__ = ["REGISTRY", "Registration", "Registry", "Selection"]
 
 
 def describe_impl(impl: object) -> str:
@@ -69,6 +70,7 @@ class Registry:
         self._targets_by_module: dict[str, list[str]] = {}
         self.watched_names: frozenset[str] = frozenset()
         self._listeners: list[Callable[[Registration], None]] = []
+        self._held = threading.local()  # registrations a loading source made, not yet announced
 
     def add_listener(self, listener: Callable[[Registration], None]) -> None:
         self._listeners.append(listener)
@@ -106,11 +108,51 @@ class Registry:
                 warnings.warn(message, FlPatchWarning, stacklevel=4)
             else:
                 warnings.warn_explicit(message, FlPatchWarning, filename=where[0], lineno=where[1])
+        held: list[Registration] | None = getattr(self._held, "pending", None)
+        if held is not None:
+            held.append(registration)
+            return registration
+        self._announce([registration])
+        return registration
+
+    def _announce(self, registrations: list[Registration]) -> None:
         # Outside the lock: a listener may import (late application), and imports
         # must never run under our lock (another thread's import hook needs it).
-        for listener in list(self._listeners):
-            listener(registration)
-        return registration
+        for registration in registrations:
+            for listener in list(self._listeners):
+                listener(registration)
+
+    @contextmanager
+    def atomically(self) -> Iterator[None]:
+        """Registrations made inside count only if the block finishes without error.
+
+        A registry module that fails half-way contributes nothing: half a plugin (a
+        patched forward without its patched backward, say) is worse than none.
+        """
+        outer = getattr(self._held, "pending", None)
+        pending: list[Registration] = []
+        self._held.pending = pending
+        try:
+            yield
+        except BaseException:
+            self._held.pending = outer
+            self._discard(pending)
+            raise
+        self._held.pending = outer
+        if outer is not None:
+            outer.extend(pending)
+        else:
+            self._announce(pending)
+
+    def _discard(self, registrations: list[Registration]) -> None:
+        with self._lock:
+            for registration in registrations:
+                by_vendor = self._by_target.get(registration.target, {})
+                if by_vendor.get(registration.vendor) is registration:
+                    del by_vendor[registration.vendor]
+                if not by_vendor:
+                    self._by_target.pop(registration.target, None)
+                    # (the watched-name index may keep the prefixes: watching more is harmless)
 
     def _index(self, parts: tuple[str, ...]) -> None:
         # Every proper prefix may be the module that owns the target; the full path may be
@@ -168,3 +210,7 @@ class Registry:
 
     def after_fork_in_child(self) -> None:
         self._lock = threading.RLock()
+
+
+# The process's one registry: register(), the sources and the engine all use it.
+REGISTRY = Registry()

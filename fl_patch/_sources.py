@@ -11,7 +11,8 @@
 1 and 2 load at ``install()``. 3 and 4 are discovered when the first megatron module
 starts loading: scanning installed distributions and probing a namespace package
 cost milliseconds that a process which never imports megatron should not pay.
-A source that fails is a problem (one warning, or an error in strict mode); the
+A source that fails is a problem (one warning, or an error in strict mode) and
+contributes nothing, not even the registrations it made before failing; the
 others still load.
 """
 
@@ -25,6 +26,7 @@ import sys
 import types
 
 from ._errors import ProblemSink
+from ._registry import REGISTRY
 from .impls import PACKS
 
 __all__ = [
@@ -42,7 +44,8 @@ FLAGSCALE_REGISTRY = "megatron.plugin.override_registry"
 
 def _import_source(module_name: str, what: str, problems: ProblemSink) -> types.ModuleType | None:
     try:
-        return importlib.import_module(module_name)
+        with REGISTRY.atomically():
+            return importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001  (a broken registry must not kill the run unless strict)
         problems.problem(f"fl_patch: {what} {module_name!r} failed to import: {type(exc).__name__}: {exc}")
         return None
@@ -76,9 +79,10 @@ def load_entry_points(problems: ProblemSink) -> list[str]:
     for entry_point in entry_points:
         label = f"{entry_point.name} = {entry_point.value}"
         try:
-            obj = entry_point.load()
-            if callable(obj) and not isinstance(obj, types.ModuleType):
-                obj()
+            with REGISTRY.atomically():
+                obj = entry_point.load()
+                if callable(obj) and not isinstance(obj, types.ModuleType):
+                    obj()
         except Exception as exc:  # noqa: BLE001
             problems.problem(
                 f"fl_patch: entry point {label!r} ({ENTRY_POINT_GROUP}) failed: {type(exc).__name__}: {exc}"
