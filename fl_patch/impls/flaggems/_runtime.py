@@ -1,0 +1,127 @@
+"""What every op of the FlagGems pack shares: where a kernel may run, which backend, and saying once why not.
+
+Why: each impl replaces an upstream megatron-core function for the cases its kernel
+covers and hands every other call back to upstream (``fl_patch.original``). A fallback
+that nobody hears about is a silent slowdown; one that logs every step floods the log.
+So each (op, reason) pair is logged once, at WARNING, and counted in ``FALLBACKS``
+(tests read the counts; ``fallback_summary()`` prints them).
+
+How: nothing here imports triton or flag_gems. ``kernel_unavailable(...)`` says why
+this project's Triton kernels cannot take a call (a tensor not on CUDA, triton
+missing), ``backend(op)`` which implementation serves an op (``FL_GEMS_BACKEND``).
+With ``TRITON_INTERPRET=1`` CPU tensors are accepted, so the kernels' logic is
+checked on a machine with no GPU (the interpreter runs them with numpy).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import threading
+from collections.abc import Iterable
+
+__all__ = [
+    "BACKENDS",
+    "FALLBACKS",
+    "LOG",
+    "backend",
+    "fallback",
+    "fallback_summary",
+    "interpreting",
+    "kernel_unavailable",
+    "reset_fallbacks",
+]
+
+LOG = logging.getLogger("fl_patch.flaggems")
+
+# Which implementation serves each op by default: "triton" is this project's kernel
+# (fl_patch/impls/flaggems/kernels), "flaggems" the FlagGems 5.0.2 kernel behind a
+# wrapper (gems.py). The choice per op, with the measurements behind it, is in
+# docs/gpu_pack.md; FL_GEMS_BACKEND="rms_norm=flaggems,attention=triton" overrides it.
+BACKENDS: dict[str, tuple[str, ...]] = {
+    "rms_norm": ("triton", "flaggems"),
+    "layer_norm": ("triton", "flaggems"),
+    "swiglu": ("triton", "flaggems"),
+    "rope": ("triton",),
+    "attention": ("triton", "flaggems"),
+    "softmax": ("triton",),
+    "cross_entropy": ("triton", "flaggems"),
+}
+DEFAULT_BACKEND: dict[str, str] = dict.fromkeys(BACKENDS, "triton")
+
+FALLBACKS: dict[tuple[str, str], int] = {}
+_lock = threading.Lock()
+_overrides: dict[str, str] | None = None
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+def _has_triton() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def kernel_unavailable(*tensors: object) -> str | None:
+    """None if this project's Triton kernels can run on ``tensors``, else the reason they cannot."""
+    for tensor in tensors:
+        device = getattr(tensor, "device", None)
+        if device is None:
+            continue
+        if device.type == "cuda" or (device.type == "cpu" and interpreting()):
+            continue
+        return f"input on {device.type} (the kernels need CUDA)"
+    if not _has_triton():
+        return "triton is not installed"
+    return None
+
+
+def backend(op: str) -> str:
+    """The implementation chosen for ``op``: ``FL_GEMS_BACKEND`` entry, else the default."""
+    global _overrides
+    if _overrides is None:
+        parsed: dict[str, str] = {}
+        for item in os.environ.get("FL_GEMS_BACKEND", "").split(","):
+            name, _, value = item.partition("=")
+            name, value = name.strip(), value.strip().lower()
+            if not name:
+                continue
+            if name not in BACKENDS or value not in BACKENDS[name]:
+                LOG.warning(
+                    "fl_patch flaggems: FL_GEMS_BACKEND entry %r ignored (ops and backends: %s)",
+                    item,
+                    "; ".join(f"{k}={'|'.join(v)}" for k, v in BACKENDS.items()),
+                )
+                continue
+            parsed[name] = value
+        _overrides = parsed
+    return _overrides.get(op, DEFAULT_BACKEND[op])
+
+
+def fallback(op: str, reason: str) -> None:
+    """Record that ``op`` ran upstream's code for ``reason``; log it the first time only."""
+    key = (op, reason)
+    with _lock:
+        count = FALLBACKS.get(key, 0)
+        FALLBACKS[key] = count + 1
+    if count == 0:
+        LOG.warning("fl_patch flaggems: %s runs upstream megatron-core: %s (logged once)", op, reason)
+
+
+def fallback_summary() -> list[str]:
+    """One line per (op, reason) that fell back, with how many calls did."""
+    with _lock:
+        items = sorted(FALLBACKS.items())
+    return [f"{op}: {reason} ({count} calls)" for (op, reason), count in items]
+
+
+def reset_fallbacks(ops: Iterable[str] | None = None) -> None:
+    """Forget recorded fallbacks (all, or those of ``ops``) and re-read ``FL_GEMS_BACKEND``; for tests."""
+    global _overrides
+    with _lock:
+        for key in list(FALLBACKS):
+            if ops is None or key[0] in set(ops):
+                del FALLBACKS[key]
+        _overrides = None

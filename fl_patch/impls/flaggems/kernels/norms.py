@@ -1,0 +1,248 @@
+"""RMSNorm and LayerNorm over the last dimension, forward and backward.
+
+Why our own: FlagGems 5.0.2's ``layer_norm_backward`` reads ``input.shape[0]`` as
+the row count (wrong for 3-D input, and it writes out of bounds) and keeps mean and
+rstd in the input dtype (bf16 statistics); its ``rms_norm`` family was seen giving
+wrong gradients for a non-contiguous ``dy``. Megatron's norms see [s, b, h] input.
+
+How: forward, one program normalizes ``BLOCK_M`` rows held whole in registers
+(hidden sizes up to ``MAX_WIDTH``), and saves fp32 rstd (and mean). Backward, a
+persistent grid: each program walks a contiguous range of rows, writes dx for each
+and accumulates its share of dw (and db) in fp32 registers; the per-program
+partial sums (a few MB) are reduced by one ``sum`` on the host side. One pass over
+x and dy, one write of dx: the bytes a fused norm must move.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import num_programs_hint, rows
+
+__all__ = ["MAX_WIDTH", "LayerNormFunction", "RMSNormFunction", "layer_norm", "rms_norm"]
+
+# Widest row one program holds in registers (fp32 working copy: 32768 * 4 B / 512 threads).
+MAX_WIDTH = 32768
+
+
+def _tile(width: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps): about 4096 elements a program, at least one row."""
+    block_n = triton.next_power_of_2(width)
+    block_m = max(1, min(64, 4096 // block_n))
+    tile = block_m * block_n
+    num_warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 16
+    return block_m, block_n, num_warps
+
+
+@triton.jit
+def _rms_fwd(
+    X, W, Y, RSTD, M, N, stride_x, stride_y, eps,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    rows_ = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    rmask = rows_ < M
+    cmask = cols < N
+    mask = rmask[:, None] & cmask[None, :]
+    r64 = rows_.to(tl.int64)
+    x = tl.load(X + r64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
+    w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+    y = x * rstd[:, None] * w[None, :]
+    tl.store(Y + r64[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(RSTD + rows_, rstd, mask=rmask)
+
+
+@triton.jit
+def _rms_bwd(
+    X, W, DY, DX, RSTD, DW_PART, M, N, stride_x, stride_dy, stride_dx, rows_per_program,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
+    first = pid * rows_per_program
+    for offset in range(0, rows_per_program, BLOCK_M):
+        rows_ = first + offset + tl.arange(0, BLOCK_M)
+        rmask = rows_ < M
+        mask = rmask[:, None] & cmask[None, :]
+        r64 = rows_.to(tl.int64)
+        x = tl.load(X + r64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + r64[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(RSTD + rows_, mask=rmask, other=0.0)
+        xhat = x * rstd[:, None]
+        wdy = dy * w[None, :]
+        c = tl.sum(xhat * wdy, axis=1) / N
+        dx = (wdy - xhat * c[:, None]) * rstd[:, None]
+        tl.store(DX + r64[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        dw += tl.sum(dy * xhat, axis=0)
+    tl.store(DW_PART + pid.to(tl.int64) * N + cols, dw, mask=cmask)
+
+
+@triton.jit
+def _ln_fwd(
+    X, W, B, Y, MEAN, RSTD, M, N, stride_x, stride_y, eps,
+    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    rows_ = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    rmask = rows_ < M
+    cmask = cols < N
+    mask = rmask[:, None] & cmask[None, :]
+    r64 = rows_.to(tl.int64)
+    x = tl.load(X + r64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=1) / N
+    xc = tl.where(mask, x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / N + eps)
+    w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+    y = xc * rstd[:, None] * w[None, :]
+    if HAS_BIAS:
+        y += tl.load(B + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+    tl.store(Y + r64[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(MEAN + rows_, mean, mask=rmask)
+    tl.store(RSTD + rows_, rstd, mask=rmask)
+
+
+@triton.jit
+def _ln_bwd(
+    X, W, DY, DX, MEAN, RSTD, DW_PART, DB_PART, M, N, stride_x, stride_dy, stride_dx, rows_per_program,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([BLOCK_N], dtype=tl.float32)
+    first = pid * rows_per_program
+    for offset in range(0, rows_per_program, BLOCK_M):
+        rows_ = first + offset + tl.arange(0, BLOCK_M)
+        rmask = rows_ < M
+        mask = rmask[:, None] & cmask[None, :]
+        r64 = rows_.to(tl.int64)
+        x = tl.load(X + r64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + r64[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean = tl.load(MEAN + rows_, mask=rmask, other=0.0)
+        rstd = tl.load(RSTD + rows_, mask=rmask, other=0.0)
+        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        wdy = dy * w[None, :]
+        c1 = tl.sum(xhat * wdy, axis=1) / N
+        c2 = tl.sum(wdy, axis=1) / N
+        dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+        tl.store(DX + r64[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        dw += tl.sum(dy * xhat, axis=0)
+        db += tl.sum(dy, axis=0)
+    tl.store(DW_PART + pid.to(tl.int64) * N + cols, dw, mask=cmask)
+    tl.store(DB_PART + pid.to(tl.int64) * N + cols, db, mask=cmask)
+
+
+def _persistent_grid(m: int, block_m: int, device: torch.device) -> tuple[int, int]:
+    """(programs, rows each): rows split evenly in whole tiles over about 4 programs an SM."""
+    tiles = triton.cdiv(m, block_m)
+    programs = max(1, min(tiles, num_programs_hint(device)))
+    tiles_each = triton.cdiv(tiles, programs)
+    programs = triton.cdiv(tiles, tiles_each)
+    return programs, tiles_each * block_m
+
+
+class RMSNormFunction(torch.autograd.Function):
+    """y = x / sqrt(mean(x^2) + eps) * w over the last dimension; any leading shape and strides."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        n = x.shape[-1]
+        x2 = rows(x, n)
+        m = x2.shape[0]
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        rstd = torch.empty(m, dtype=torch.float32, device=x.device)
+        block_m, block_n, warps = _tile(n)
+        if m > 0:
+            _rms_fwd[(triton.cdiv(m, block_m),)](
+                x2, weight, y, rstd, m, n, x2.stride(0), n, eps, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps
+            )
+        ctx.save_for_backward(x2, weight, rstd)
+        ctx.x_shape = x.shape
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+        x2, weight, rstd = ctx.saved_tensors
+        m, n = x2.shape
+        dy2 = rows(dy, n)
+        dx = torch.empty((m, n), dtype=x2.dtype, device=x2.device)
+        block_m, block_n, warps = _tile(n)
+        programs, rows_each = _persistent_grid(m, block_m, x2.device)
+        dw_part = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
+        if m > 0:
+            _rms_bwd[(programs,)](
+                x2, weight, dy2, dx, rstd, dw_part, m, n, x2.stride(0), dy2.stride(0), n, rows_each,
+                BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+            )  # fmt: skip
+            dw = dw_part.sum(0).to(weight.dtype)
+        else:
+            dw = torch.zeros_like(weight)
+        return dx.view(ctx.x_shape), dw if ctx.needs_input_grad[1] else None, None
+
+
+class LayerNormFunction(torch.autograd.Function):
+    """y = (x - mean) / sqrt(var + eps) * w + b over the last dimension; any leading shape and strides."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+        n = x.shape[-1]
+        x2 = rows(x, n)
+        m = x2.shape[0]
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        mean = torch.empty(m, dtype=torch.float32, device=x.device)
+        rstd = torch.empty(m, dtype=torch.float32, device=x.device)
+        block_m, block_n, warps = _tile(n)
+        if m > 0:
+            _ln_fwd[(triton.cdiv(m, block_m),)](
+                x2, weight, bias if bias is not None else weight, y, mean, rstd, m, n, x2.stride(0), n, eps,
+                HAS_BIAS=bias is not None, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+            )  # fmt: skip
+        ctx.save_for_backward(x2, weight, mean, rstd)
+        ctx.x_shape = x.shape
+        ctx.has_bias = bias is not None
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, None]:
+        x2, weight, mean, rstd = ctx.saved_tensors
+        m, n = x2.shape
+        dy2 = rows(dy, n)
+        dx = torch.empty((m, n), dtype=x2.dtype, device=x2.device)
+        block_m, block_n, warps = _tile(n)
+        programs, rows_each = _persistent_grid(m, block_m, x2.device)
+        dw_part = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
+        db_part = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
+        if m > 0:
+            _ln_bwd[(programs,)](
+                x2, weight, dy2, dx, mean, rstd, dw_part, db_part, m, n, x2.stride(0), dy2.stride(0), n, rows_each,
+                BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+            )  # fmt: skip
+            dw = dw_part.sum(0).to(weight.dtype)
+            db = db_part.sum(0).to(weight.dtype) if ctx.has_bias else None
+        else:
+            dw = torch.zeros_like(weight)
+            db = torch.zeros_like(weight) if ctx.has_bias else None
+        return (
+            dx.view(ctx.x_shape),
+            dw if ctx.needs_input_grad[1] else None,
+            db if ctx.needs_input_grad[2] else None,
+            None,
+        )
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm of ``x`` over its last dimension (differentiable in x and weight)."""
+    return RMSNormFunction.apply(x, weight, eps)
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """LayerNorm of ``x`` over its last dimension (differentiable in x, weight and bias)."""
+    return LayerNormFunction.apply(x, weight, bias, eps)
