@@ -562,8 +562,11 @@ def _stale_subclass(impl: object, current: object, registration: Registration) -
 
 
 def _megatron_version_note(target: str) -> str:
-    if not target.startswith("megatron."):
-        return ""
+    return _installed_megatron_core() if target.startswith("megatron.") else ""
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_megatron_core() -> str:
     try:
         from importlib.metadata import version
 

@@ -95,7 +95,10 @@ def owned_path(module: types.ModuleType, parts: tuple[str, ...]) -> tuple[str, .
     value = module.__dict__.get(first, _MISSING)
     if isinstance(value, types.ModuleType) and value.__name__ == f"{module.__name__}.{first}":
         return None  # a submodule (or a whole-module target, handled by the finder)
-    if value is _MISSING and _is_submodule(module, first):
+    # A package may rebind a submodule's name to something else: megatron.core.inference.moe
+    # does ``from .vllm_fused_moe import vllm_fused_moe``, so its attribute is a function
+    # while ``...moe.vllm_fused_moe._ceil_div`` lives in the submodule. The submodule wins.
+    if _is_submodule(module, first):
         return None
     return rest
 

@@ -346,3 +346,51 @@ def test_a_wrapt_proxy_would_be_skipped_by_torch_compile(megatron_core):
         assert torch.equal(compiled, upstream(scores.clone(), mask))
     finally:
         transformer_utils.attention_mask_func = upstream
+
+
+def test_a_name_rebound_within_the_same_module_is_patched_too(plugin):
+    """finalize_model_grads keeps an old name: ``_allreduce_layernorm_grads = _allreduce_non_tensor...``."""
+    # (the package attribute ``distributed.finalize_model_grads`` is the function of that name)
+    fmg = importlib.import_module("megatron.core.distributed.finalize_model_grads")
+    upstream = fmg._allreduce_non_tensor_model_parallel_grads
+    assert fmg._allreduce_layernorm_grads is upstream
+    fl_patch.register(
+        "megatron.core.distributed.finalize_model_grads._allreduce_non_tensor_model_parallel_grads", plugin.divide
+    )
+    fl_patch.install()
+    assert fmg._allreduce_non_tensor_model_parallel_grads is plugin.divide
+    assert fmg._allreduce_layernorm_grads is plugin.divide
+    fl_patch.uninstall()
+    assert fmg._allreduce_non_tensor_model_parallel_grads is upstream
+    assert fmg._allreduce_layernorm_grads is upstream
+
+
+def test_a_submodule_shadowed_by_a_same_named_function_still_owns_its_targets(plugin):
+    """megatron.core.inference.moe does ``from .vllm_fused_moe import vllm_fused_moe``."""
+    import megatron.core.inference.moe as moe_package
+
+    vllm_module = sys.modules["megatron.core.inference.moe.vllm_fused_moe"]
+    assert not isinstance(moe_package.vllm_fused_moe, type(sys))  # the package attribute is the function
+    upstream = vllm_module._ceil_div
+    target = "megatron.core.inference.moe.vllm_fused_moe._ceil_div"
+    fl_patch.register(target, plugin.divide)
+    fl_patch.install()
+    assert vllm_module._ceil_div is plugin.divide
+    assert status_of(target).module == "megatron.core.inference.moe.vllm_fused_moe"
+    fl_patch.uninstall()
+    assert vllm_module._ceil_div is upstream
+
+
+def test_names_bound_during_a_circular_import_are_rebound(engine):
+    for name in ("fltest_circular.a", "fltest_circular.b"):
+        sys.modules.pop(name, None)
+    fl_patch.register("fltest_circular.a.f", "fltest_circular.impl.f")
+    fl_patch.install()
+    from fltest_circular import a, b
+
+    assert a.f() == "patched"
+    assert b.f() == "patched" and a.CALLS_F_THROUGH_B() == "patched"  # b bound f before a finished
+    (patch,) = engine._states["fltest_circular.a.f"].patches
+    assert [(m.__name__, n) for m, n, _ in patch.aliases] == [("fltest_circular.b", "f")]
+    fl_patch.uninstall()
+    assert a.f() == b.f() == "upstream"
