@@ -141,6 +141,10 @@ class Engine:
         if self._deferred is not None and module.__name__.startswith("megatron."):
             self.run_deferred()
 
+    def exec_failed(self, module: types.ModuleType) -> None:
+        with self._lock:
+            self._executing.discard(module.__name__)
+
     def after_exec(self, module: types.ModuleType, modules_before: int) -> None:
         name = module.__name__
         with self._lock:

@@ -36,6 +36,8 @@ class ImportObserver(Protocol):
 
     def after_exec(self, module: types.ModuleType, modules_before: int) -> None: ...
 
+    def exec_failed(self, module: types.ModuleType) -> None: ...
+
 
 def _point_module_at(module: types.ModuleType, proxy: object, loader: object) -> None:
     # The import system set __loader__ and __spec__.loader to the proxy; the module body
@@ -55,7 +57,11 @@ def exec_observed(loader: object, module: types.ModuleType, observer: ImportObse
     # sys.modules keeps insertion order: what is inserted from here on started loading
     # while this module body ran (the only modules that can hold early aliases).
     modules_before = len(sys.modules)
-    loader.exec_module(module)  # type: ignore[attr-defined]
+    try:
+        loader.exec_module(module)  # type: ignore[attr-defined]
+    except BaseException:
+        observer.exec_failed(module)
+        raise
     observer.after_exec(module, modules_before)
 
 
