@@ -16,6 +16,10 @@ Drop when upstream guards the triton import (or when the machine has triton).
 
 from __future__ import annotations
 
+from ._compat import warn_if_unverified
+
+warn_if_unverified()
+
 GLOBAL_BLOCK_SIZE = 1024
 
 __all__ = ["GLOBAL_BLOCK_SIZE", "paged_stash_copy_kernel", "paged_stash_pop_kernel"]

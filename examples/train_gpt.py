@@ -1,0 +1,371 @@
+"""Train a small GPT with megatron-core: an ordinary training script, nothing fl_patch-specific.
+
+It uses megatron-core's own pieces end to end: ``GPTModel`` (local layer spec, RoPE),
+``MockGPTDataset``, megatron ``DistributedDataParallel``, ``get_megatron_optimizer``
+(optionally the distributed optimizer), ``OptimizerParamScheduler``,
+``get_forward_backward_func`` and ``dist_checkpointing``. It runs on whatever device
+torch offers: CUDA if available, else the CPU.
+
+On a machine without a GPU, upstream megatron-core stops at its first CUDA assumption::
+
+    python examples/train_gpt.py                 # fails inside megatron-core
+    python -m fl_patch examples/train_gpt.py     # trains, with fl_patch's CPU pack
+
+Two processes (tensor parallel 2, or data parallel 2 with ``--tp 1``)::
+
+    torchrun --nproc-per-node 2 -m fl_patch examples/train_gpt.py --tp 2
+
+Checkpoints: ``--save DIR`` (every ``--save-interval`` steps and at the end),
+``--load DIR`` (resume from the step saved there). ``--log-file FILE`` writes one JSON
+line per step (loss, learning rate, loss scale, whether the update was applied).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
+from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+from megatron.core.datasets.gpt_dataset import GPTDatasetConfig, MockGPTDataset
+from megatron.core.dist_checkpointing.mapping import ShardedObject
+from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+from megatron.core.pipeline_parallel import get_forward_backward_func
+from megatron.core.tokenizers import MegatronTokenizer
+from megatron.core.transformer import TransformerConfig
+from megatron.core.transformer.module import Float16Module
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    size = p.add_argument_group("model size")
+    size.add_argument("--num-layers", type=int, default=2)
+    size.add_argument("--hidden-size", type=int, default=64)
+    size.add_argument("--num-heads", type=int, default=4)
+    size.add_argument("--seq-length", type=int, default=64)
+    size.add_argument("--vocab-size", type=int, default=128)
+    train = p.add_argument_group("training")
+    train.add_argument("--steps", type=int, default=30, help="optimizer steps (the last step number)")
+    train.add_argument("--micro-batch-size", type=int, default=4)
+    train.add_argument("--num-microbatches", type=int, default=2, help="gradient accumulation per step")
+    train.add_argument("--lr", type=float, default=3e-3)
+    train.add_argument("--warmup-steps", type=int, default=2)
+    train.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout")
+    train.add_argument("--precision", choices=sorted(DTYPES), default="fp32")
+    train.add_argument(
+        "--initial-loss-scale", type=float, default=2.0**16, help="fp16 only: dynamic loss scaling starts here"
+    )
+    train.add_argument("--recompute", action="store_true", help="full activation recompute")
+    train.add_argument("--seed", type=int, default=1234)
+    par = p.add_argument_group("parallelism (data parallel size = world size / tp)")
+    par.add_argument("--tp", type=int, default=1, help="tensor model parallel size")
+    par.add_argument("--distributed-optimizer", action="store_true")
+    ckpt = p.add_argument_group("checkpoints (megatron dist_checkpointing)")
+    ckpt.add_argument("--save", type=Path, help="checkpoint directory to write")
+    ckpt.add_argument("--save-interval", type=int, default=0, help="also save every N steps")
+    ckpt.add_argument("--load", type=Path, help="resume from a --save directory (its latest step) or a step directory")
+    out = p.add_argument_group("output")
+    out.add_argument("--log-file", type=Path, help="write one JSON line per step here (rank 0)")
+    out.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- set-up
+def init_distributed(tp: int) -> torch.device:
+    """One process per rank (torchrun sets RANK/WORLD_SIZE); a lone process is a world of one."""
+    use_cuda = torch.cuda.is_available()
+    backend = "nccl" if use_cuda else "gloo"
+    if "RANK" in os.environ:
+        dist.init_process_group(backend=backend)
+    else:
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+    return device
+
+
+def build_model(args: argparse.Namespace, device: torch.device) -> tuple[DistributedDataParallel, TransformerConfig]:
+    dtype = DTYPES[args.precision]
+    recompute: dict[str, Any] = {}
+    if args.recompute:
+        recompute = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    config = TransformerConfig(
+        num_layers=args.num_layers,
+        hidden_size=args.hidden_size,
+        num_attention_heads=args.num_heads,
+        hidden_dropout=args.dropout,
+        attention_dropout=args.dropout,
+        tensor_model_parallel_size=args.tp,
+        use_cpu_initialization=True,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=args.precision == "bf16",
+        fp16=args.precision == "fp16",
+        **recompute,
+    )
+    model: torch.nn.Module = GPTModel(
+        config=config,
+        transformer_layer_spec=get_gpt_layer_local_spec(),
+        vocab_size=args.vocab_size,
+        max_sequence_length=args.seq_length,
+        position_embedding_type="rope",
+    )
+    model.to(device)
+    if args.precision != "fp32":
+        model = Float16Module(config, model)
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=args.distributed_optimizer
+    )
+    return DistributedDataParallel(config=config, ddp_config=ddp_config, module=model), config
+
+
+def build_dataset(args: argparse.Namespace) -> MockGPTDataset:
+    samples = (
+        (args.steps + 1) * args.micro_batch_size * args.num_microbatches * parallel_state.get_data_parallel_world_size()
+    )
+    config = GPTDatasetConfig(
+        random_seed=args.seed,
+        sequence_length=args.seq_length,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
+        tokenizer=MegatronTokenizer.from_pretrained(metadata_path={"library": "null-text"}, vocab_size=args.vocab_size),
+        mid_level_dataset_surplus=0.005,
+    )
+    train, _, _ = BlendedMegatronDatasetBuilder(MockGPTDataset, [samples, 0, 0], lambda: True, config).build()
+    return train
+
+
+def micro_batches(
+    dataset: MockGPTDataset, args: argparse.Namespace, first_step: int, device: torch.device
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Micro-batches in a fixed order, so that a resumed run sees what the original run would have."""
+    dp_rank = parallel_state.get_data_parallel_rank()
+    dp_size = parallel_state.get_data_parallel_world_size()
+    mbs = args.micro_batch_size
+    per_step = mbs * args.num_microbatches * dp_size
+    step = first_step
+    while True:
+        for micro in range(args.num_microbatches):
+            start = step * per_step + (micro * dp_size + dp_rank) * mbs
+            samples = [dataset[i] for i in range(start, start + mbs)]
+            batch = torch.utils.data.default_collate(samples)
+            yield {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        step += 1
+
+
+def loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    losses = output_tensor.float().view(-1)
+    mask = loss_mask.float().view(-1)
+    loss = torch.sum(losses * mask) / mask.sum()
+    # (the schedule divides the returned loss in place: report a copy)
+    return loss, {"lm loss": loss.detach().clone()}
+
+
+def forward_step(data_iterator: Iterator[dict[str, torch.Tensor]], model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
+    batch = next(data_iterator)
+    output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+    return output, partial(loss_func, batch["loss_mask"])
+
+
+# --------------------------------------------------------------------------- checkpoints
+def checkpoint_state(
+    model: DistributedDataParallel,
+    optimizer: Any,
+    scheduler: OptimizerParamScheduler,
+    step: int,
+    *,
+    is_loading: bool,
+) -> dict[str, Any]:
+    model_state = model.module.sharded_state_dict()
+    tp_rank = parallel_state.get_tensor_model_parallel_rank()
+    tp_size = parallel_state.get_tensor_model_parallel_world_size()
+    rng = {
+        "cpu": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
+        "tracker": tensor_parallel.get_cuda_rng_tracker().get_states(),
+    }
+    return {
+        "model": model_state,
+        "optimizer": optimizer.sharded_state_dict(
+            model_state,
+            is_loading=is_loading,
+            # the distributed optimizer's format (the default one is deprecated and refused)
+            metadata={"distrib_optim_sharding_type": "dp_reshardable"},
+        ),
+        "scheduler": scheduler.state_dict(),
+        "step": step,
+        # Each tensor-parallel rank has its own RNG streams; data-parallel ranks are replicas.
+        "rng": ShardedObject(
+            "rng_state", rng, (tp_size,), (tp_rank,), replica_id=parallel_state.get_data_parallel_rank()
+        ),
+    }
+
+
+def save_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, step: int) -> None:
+    target = path / f"step_{step:06d}"
+    if dist.get_rank() == 0:
+        target.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    dist_checkpointing.save(checkpoint_state(model, optimizer, scheduler, step, is_loading=False), str(target))
+    if dist.get_rank() == 0:
+        (path / "latest").write_text(target.name)
+    dist.barrier()
+
+
+def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any) -> int:
+    # A directory written by --save (resume from its latest step), or one step's directory.
+    target = path / (path / "latest").read_text().strip() if (path / "latest").exists() else path
+    state = dist_checkpointing.load(checkpoint_state(model, optimizer, scheduler, 0, is_loading=True), str(target))
+    model.module.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    rng = state["rng"]
+    torch.set_rng_state(rng["cpu"])
+    if rng["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(rng["cuda"])
+    tensor_parallel.get_cuda_rng_tracker().set_states(rng["tracker"])
+    return int(state["step"])
+
+
+# --------------------------------------------------------------------------- progress
+class Progress:
+    """A one-line progress bar on stderr (a line per step when stderr is not a terminal)."""
+
+    def __init__(self, first: int, last: int, enabled: bool) -> None:
+        self.first, self.last, self.enabled = first, last, enabled
+        self.tty = sys.stderr.isatty()
+
+    def update(self, step: int, loss: float, tokens_per_s: float, note: str = "") -> None:
+        if not self.enabled:
+            return
+        width = 24
+        done = (step - self.first) / max(1, self.last - self.first)
+        bar = "#" * round(done * width) + "." * (width - round(done * width))
+        line = f"[{bar}] step {step}/{self.last}  loss {loss:.4f}  {tokens_per_s:,.0f} tokens/s{note}"
+        if self.tty:
+            end = "\n" if step == self.last else ""
+            sys.stderr.write(f"\r{line}\033[K{end}")
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    device = init_distributed(args.tp)
+    rank0 = dist.get_rank() == 0
+    tensor_parallel.model_parallel_cuda_manual_seed(args.seed)
+
+    model, config = build_model(args, device)
+    optimizer = get_megatron_optimizer(
+        OptimizerConfig(
+            optimizer="adam",
+            lr=args.lr,
+            min_lr=args.lr / 10,
+            weight_decay=0.01,
+            clip_grad=1.0,
+            bf16=args.precision == "bf16",
+            fp16=args.precision == "fp16",
+            params_dtype=DTYPES[args.precision],
+            use_distributed_optimizer=args.distributed_optimizer,
+            initial_loss_scale=args.initial_loss_scale,
+        ),
+        [model],
+    )
+    scheduler = OptimizerParamScheduler(
+        optimizer,
+        init_lr=0.0,
+        max_lr=args.lr,
+        min_lr=args.lr / 10,
+        lr_warmup_steps=args.warmup_steps,
+        lr_decay_steps=args.steps,
+        lr_decay_style="cosine",
+        start_wd=0.01,
+        end_wd=0.01,
+        wd_incr_steps=args.steps,
+        wd_incr_style="constant",
+    )
+    # What megatron's training loop wires up: gradient all-reduce, loss scaling, no_sync.
+    config.finalize_model_grads_func = finalize_model_grads
+    config.grad_scale_func = optimizer.scale_loss
+    config.no_sync_func = model.no_sync
+
+    step = load_checkpoint(args.load, model, optimizer, scheduler) if args.load else 0
+    dataset = build_dataset(args)
+    data = micro_batches(dataset, args, step, device)
+    forward_backward = get_forward_backward_func()
+    dp_group = parallel_state.get_data_parallel_group()
+    tokens_per_step = args.micro_batch_size * args.num_microbatches * args.seq_length * dist.get_world_size() // args.tp
+
+    log = args.log_file.open("a") if (args.log_file and rank0) else None
+    progress = Progress(step, args.steps, enabled=rank0 and not args.quiet)
+    if rank0 and not args.quiet:
+        where = f"{dist.get_world_size()} process(es), tp={args.tp}, dp={parallel_state.get_data_parallel_world_size()}"
+        print(f"training GPT on {device.type} ({where}), {args.precision}, from step {step}", file=sys.stderr)
+    while step < args.steps:
+        start = time.perf_counter()
+        model.zero_grad_buffer()
+        optimizer.zero_grad()
+        losses = forward_backward(
+            forward_step_func=forward_step,
+            data_iterator=data,
+            model=[model],
+            num_microbatches=args.num_microbatches,
+            seq_length=args.seq_length,
+            micro_batch_size=args.micro_batch_size,
+            forward_only=False,
+        )
+        updated, grad_norm, _ = optimizer.step()
+        if updated:
+            scheduler.step(increment=1)
+        step += 1
+        loss = torch.stack([item["lm loss"] for item in losses]).mean()
+        dist.all_reduce(loss, group=dp_group)
+        loss = loss.item() / parallel_state.get_data_parallel_world_size()
+        elapsed = time.perf_counter() - start
+        note = "" if updated else "  (update skipped: inf/nan gradients)"
+        progress.update(step, loss, tokens_per_step / elapsed, note)
+        if log is not None:
+            record = {
+                "step": step,
+                "loss": loss,
+                "lr": optimizer.param_groups[0]["lr"],
+                "loss_scale": float(optimizer.get_loss_scale()),
+                "updated": bool(updated),
+                "grad_norm": None if grad_norm is None else float(grad_norm),
+                "tokens_per_s": tokens_per_step / elapsed,
+            }
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+        if args.save and (step == args.steps or (args.save_interval and step % args.save_interval == 0)):
+            save_checkpoint(args.save, model, optimizer, scheduler, step)
+    if log is not None:
+        log.close()
+    dist.barrier()
+    parallel_state.destroy_model_parallel()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,321 @@
+"""A CPU view of ``torch``, installed as the name ``torch`` inside megatron modules that assume CUDA.
+
+Why: many megatron-core modules reach the GPU through their module-level name
+``torch``: ``torch.zeros(..., device="cuda")``, ``device=torch.cuda.current_device()``,
+``torch.cuda.synchronize()``, ``torch.cuda.current_stream()``,
+``torch.cuda.manual_seed(...)``, ``torch.cuda.get_rng_state()``. On a CPU-only torch
+each of those raises ("Torch not compiled with CUDA enabled"). The registry lists,
+patch by patch, which upstream lines of which module need this.
+
+How: one object per flavour, a ``types.ModuleType`` subclass (so it still looks like a
+module to ``inspect``, ``typing.get_type_hints`` and to fl_patch's alias sweep, which
+never sweeps a module bound to a name), replaces the name ``torch`` in one megatron
+module at a time (an attribute patch, ``megatron.core.<module>.torch``). It forwards
+every attribute to the real ``torch`` except, explicitly:
+
+- ``cuda``: a :class:`CudaOnCpu` namespace (below): device queries, a no-op
+  ``synchronize``/``empty_cache``/``set_device``, stand-in streams and events, and the
+  "CUDA" random-number generator, which *is* the CPU default generator (dropout and
+  every other CPU op draw from it, so seeding or restoring "the CUDA RNG" must act on it
+  for megatron's RNG tracker to mean anything).
+- tensor factories (``zeros``, ``tensor``, ``empty``, ...): a ``device`` naming CUDA
+  (``"cuda"``, ``"cuda:1"``, ``torch.device("cuda")``, an int ordinal) becomes ``cpu``.
+- ``autocast``: ``device_type="cuda"`` becomes ``"cpu"``.
+
+Global ``torch`` is never changed: other modules, the user's script and torch itself
+keep the real one. Anything not listed goes to the real ``torch`` / ``torch.cuda``
+unchanged, so an uncovered CUDA call still fails loudly, exactly as upstream would.
+
+Two flavours exist. :data:`CPU_TORCH` tells the truth about the machine (no CUDA
+device: ``torch.cuda.is_available()`` is False), which is what megatron-core's own
+modules need. :data:`CPU_TORCH_ONE_DEVICE` reports one CUDA device, mapped to the CPU,
+for code that refuses to run without a GPU before it ever allocates (``megatron.training``'s
+``initialize``: ``assert torch.cuda.is_available()``); every "CUDA" operation it offers
+still lands on the CPU.
+
+Upstream: megatron-core 0.19.2, the modules registered in ``registry.py``.
+Drop when: megatron-core selects its device through an accelerator abstraction instead
+of hard-coding ``"cuda"`` (each registration says which lines).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from ._compat import warn_if_unverified
+
+__all__ = ["CPU_TORCH", "CPU_TORCH_ONE_DEVICE", "CpuTorchView", "CudaOnCpu", "cpu_device"]
+
+warn_if_unverified()
+
+_CPU = torch.device("cpu")
+
+# torch functions that take a ``device`` keyword and that megatron calls with "cuda".
+_FACTORIES = (
+    "arange",
+    "as_tensor",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "eye",
+    "full",
+    "full_like",
+    "linspace",
+    "ones",
+    "ones_like",
+    "rand",
+    "randint",
+    "randn",
+    "randperm",
+    "tensor",
+    "zeros",
+    "zeros_like",
+)
+
+
+def cpu_device(device: object) -> object:
+    """``device`` with any CUDA device replaced by ``cpu`` (other values unchanged)."""
+    if isinstance(device, torch.device):
+        return _CPU if device.type == "cuda" else device
+    if isinstance(device, str):
+        return _CPU if device == "cuda" or device.startswith("cuda:") else device
+    if isinstance(device, int) and not isinstance(device, bool):
+        return _CPU  # a CUDA ordinal, as torch.cuda.current_device() returns
+    return device
+
+
+def _on_cpu(factory: Callable[..., Any]) -> Callable[..., Any]:
+    def factory_on_cpu(*args: Any, **kwargs: Any) -> Any:
+        if "device" in kwargs:
+            kwargs["device"] = cpu_device(kwargs["device"])
+        return factory(*args, **kwargs)
+
+    factory_on_cpu.__name__ = factory.__name__
+    factory_on_cpu.__qualname__ = f"CpuTorchView.{factory.__name__}"
+    factory_on_cpu.__doc__ = f"torch.{factory.__name__}, with a CUDA ``device`` mapped to the CPU."
+    return factory_on_cpu
+
+
+class Event:
+    """A stand-in ``torch.cuda.Event``: CPU work is synchronous, so it is complete when recorded."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self._recorded_at: float | None = None
+
+    def record(self, stream: object = None) -> None:
+        self._recorded_at = time.perf_counter()
+
+    def wait(self, stream: object = None) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        return None
+
+    def elapsed_time(self, end_event: Event) -> float:
+        """Milliseconds between two recorded events (as ``torch.cuda.Event.elapsed_time``)."""
+        if self._recorded_at is None or end_event._recorded_at is None:
+            raise RuntimeError("both events must be recorded before elapsed_time()")
+        return (end_event._recorded_at - self._recorded_at) * 1000.0
+
+
+class Stream:
+    """A stand-in ``torch.cuda.Stream``: there is one ordered CPU queue, so waits are no-ops."""
+
+    def __init__(self, device: object = None, priority: int = 0, **kwargs: object) -> None:
+        self.device = _CPU
+        self.priority = priority
+
+    def wait_stream(self, stream: object) -> None:
+        return None
+
+    def wait_event(self, event: object) -> None:
+        return None
+
+    def record_event(self, event: Event | None = None) -> Event:
+        event = event if event is not None else Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        return None
+
+
+_DEFAULT_STREAM = Stream()
+
+
+class _Nvtx(types.ModuleType):
+    """``torch.cuda.nvtx``: profiler ranges, which have no meaning without a GPU."""
+
+    def __init__(self) -> None:
+        super().__init__("torch.cuda.nvtx", "NVTX ranges as no-ops (CPU view of torch)")
+
+    def range_push(self, msg: str) -> int:
+        return 0
+
+    def range_pop(self) -> int:
+        return 0
+
+    def mark(self, msg: str) -> None:
+        return None
+
+    @contextlib.contextmanager
+    def range(self, msg: str, *args: object, **kwargs: object) -> Iterator[None]:
+        yield
+
+
+class _CudaRandom(types.ModuleType):
+    """``torch.cuda.random``: the "CUDA" generator is the CPU default generator."""
+
+    def __init__(self) -> None:
+        super().__init__("torch.cuda.random", "the CUDA RNG API, acting on the CPU default generator")
+
+    def get_rng_state(self, device: object = "cuda") -> torch.Tensor:
+        return torch.get_rng_state()
+
+    def set_rng_state(self, new_state: torch.Tensor, device: object = "cuda") -> None:
+        torch.set_rng_state(new_state)
+
+    def get_rng_state_all(self) -> list[torch.Tensor]:
+        return [torch.get_rng_state()]
+
+    def set_rng_state_all(self, new_states: list[torch.Tensor]) -> None:
+        for state in new_states:
+            torch.set_rng_state(state)
+
+    def manual_seed(self, seed: int) -> None:
+        torch.default_generator.manual_seed(int(seed))
+
+    def manual_seed_all(self, seed: int) -> None:
+        torch.default_generator.manual_seed(int(seed))
+
+    def seed(self) -> None:
+        torch.default_generator.seed()
+
+    def initial_seed(self) -> int:
+        return torch.default_generator.initial_seed()
+
+
+class CudaOnCpu(types.ModuleType):
+    """``torch.cuda`` as the patched megatron modules see it; anything unlisted is the real one."""
+
+    def __init__(self, *, reports_device: bool) -> None:
+        super().__init__("torch.cuda", "torch.cuda mapped to the CPU (fl_patch CPU pack)")
+        self._reports_device = reports_device
+        self.random = _CudaRandom()
+        self.nvtx = _Nvtx()
+        self.Stream = Stream
+        self.Event = Event
+        for name in (
+            "get_rng_state",
+            "set_rng_state",
+            "get_rng_state_all",
+            "set_rng_state_all",
+            "manual_seed",
+            "manual_seed_all",
+            "seed",
+            "initial_seed",
+        ):
+            setattr(self, name, getattr(self.random, name))
+        self.default_generators = (torch.default_generator,)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cuda, name)
+
+    def __repr__(self) -> str:
+        devices = "one CUDA device mapped to the CPU" if self._reports_device else "no CUDA device"
+        return f"<torch.cuda on the CPU ({devices}), fl_patch CPU pack>"
+
+    # -- devices
+    def is_available(self) -> bool:
+        return self._reports_device
+
+    def is_initialized(self) -> bool:
+        return self._reports_device
+
+    def device_count(self) -> int:
+        return 1 if self._reports_device else 0
+
+    def current_device(self) -> torch.device:
+        """The CPU device (not an ordinal: ``tensor.to(0)`` would mean CUDA again)."""
+        return _CPU
+
+    def set_device(self, device: object) -> None:
+        return None
+
+    def synchronize(self, device: object = None) -> None:
+        return None
+
+    def empty_cache(self) -> None:
+        return None
+
+    def is_current_stream_capturing(self) -> bool:
+        return False
+
+    # -- streams
+    def current_stream(self, device: object = None) -> Stream:
+        return _DEFAULT_STREAM
+
+    def default_stream(self, device: object = None) -> Stream:
+        return _DEFAULT_STREAM
+
+    @contextlib.contextmanager
+    def stream(self, stream: object) -> Iterator[None]:
+        yield
+
+    # -- memory statistics: there is no device memory to account for
+    def memory_allocated(self, device: object = None) -> int:
+        return 0
+
+    def max_memory_allocated(self, device: object = None) -> int:
+        return 0
+
+    def memory_reserved(self, device: object = None) -> int:
+        return 0
+
+    def max_memory_reserved(self, device: object = None) -> int:
+        return 0
+
+    def reset_peak_memory_stats(self, device: object = None) -> None:
+        return None
+
+
+class CpuTorchView(types.ModuleType):
+    """``torch`` for one megatron module: the real torch, but CUDA lands on the CPU."""
+
+    def __init__(self, *, reports_cuda_device: bool = False) -> None:
+        super().__init__("torch", torch.__doc__)
+        self.cuda = CudaOnCpu(reports_device=reports_cuda_device)
+        for name in _FACTORIES:
+            setattr(self, name, _on_cpu(getattr(torch, name)))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(dir(torch)) | set(vars(self)))
+
+    def __repr__(self) -> str:
+        return f"<CPU view of torch {torch.__version__}: {self.cuda!r}>"
+
+    def autocast(self, device_type: str, *args: Any, **kwargs: Any) -> torch.autocast:
+        """``torch.autocast``, with ``device_type="cuda"`` mapped to ``"cpu"``."""
+        return torch.autocast("cpu" if device_type == "cuda" else device_type, *args, **kwargs)
+
+
+CPU_TORCH = CpuTorchView()
+"""For megatron-core modules: no CUDA device is reported, CUDA calls land on the CPU."""
+
+CPU_TORCH_ONE_DEVICE = CpuTorchView(reports_cuda_device=True)
+"""For code that requires a GPU to exist (megatron.training): one CUDA device, which is the CPU."""
