@@ -8,6 +8,7 @@ changes nothing. ``FL_PATCH_PACKS`` picks packs by name (default: all).
 
 PACKS: dict[str, str] = {
     "cpu": "fl_patch.impls.cpu.registry",
+    "flaggems": "fl_patch.impls.flaggems.registry",
 }
 
 __all__ = ["PACKS"]

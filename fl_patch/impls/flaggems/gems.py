@@ -1,0 +1,139 @@
+"""FlagGems 5.0.2 kernels behind the pack's op signatures, with their known defects worked around.
+
+Why: the pack routes an op to FlagGems where FlagGems has a correct and fast kernel
+(``FL_GEMS_BACKEND=op=flaggems`` selects one; docs/gpu_pack.md has the measured
+choice). FlagGems' own entry points each have a condition under which they are
+wrong; these wrappers only call them where they are right:
+
+- ``rms_norm_backward``: given wrong gradients for a non-contiguous ``dy``: ``dy`` is
+  made contiguous here before the call.
+- ``layer_norm_backward``: takes ``input.shape[0]`` as the row count (3-D input gives
+  wrong gradients and writes out of bounds): inputs are flattened to 2-D here.
+- ``scaled_dot_product_attention``: its backward always applies the causal mask and
+  asserts the query length is a multiple of its block; it wants [b, h, s, d]
+  contiguous tensors. Only causal self-attention with ``sq % 128 == 0`` is sent
+  (``attention_supported``); q/k/v/out are permuted (copied) each way.
+- ``cross_entropy_loss``: returns the loss rounded to the input dtype (bf16 losses
+  for bf16 logits); the wrapper returns it as fp32 but the rounding stays.
+
+How: each is a ``torch.autograd.Function`` calling FlagGems' forward and backward
+functions directly (not ``flag_gems.enable()``, which would reroute every aten op of
+the process). Imported only when a FlagGems backend is chosen.
+Upstream reference: flag_gems 5.0.2 ``ops/rms_norm.py``, ``ops/layernorm.py``,
+``ops/attention.py``, ``fused/swiglu.py``, ``fused/cross_entropy_loss.py``.
+When to drop a wrapper: when FlagGems fixes the defect it works around.
+"""
+
+from __future__ import annotations
+
+import flag_gems
+import torch
+from flag_gems import fused as gems_fused
+from flag_gems import ops as gems_ops
+
+__all__ = [
+    "GEMS_ATTENTION_BLOCK",
+    "attention_supported",
+    "cross_entropy",
+    "flash_attention",
+    "layer_norm",
+    "rms_norm",
+    "swiglu",
+]
+
+GEMS_VERSION = flag_gems.__version__
+GEMS_ATTENTION_BLOCK = 128  # FlagGems' backward grid steps the query length by its largest key block
+
+
+class _RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        shape = [x.shape[-1]]
+        y, inv_rms = gems_ops.rms_norm_forward(x, shape, weight, eps)
+        ctx.save_for_backward(x, inv_rms, weight)
+        ctx.eps = eps
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        x, inv_rms, weight = ctx.saved_tensors
+        dx, dw = gems_ops.rms_norm_backward(dy.contiguous(), x, inv_rms, [x.shape[-1]], weight, ctx.eps)
+        return dx.view(x.shape), dw.to(weight.dtype), None
+
+
+class _LayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+        n = x.shape[-1]
+        x2 = x.reshape(-1, n).contiguous()
+        y, mean, rstd = gems_ops.layer_norm(x2, [n], weight, bias, eps)
+        ctx.save_for_backward(x2, weight, bias, mean, rstd)
+        ctx.x_shape = x.shape
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, None]:
+        x2, weight, bias, mean, rstd = ctx.saved_tensors
+        n = x2.shape[-1]
+        dy2 = dy.reshape(-1, n).contiguous()
+        mask = [True, ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]]
+        dx, dw, db = gems_ops.layer_norm_backward(dy2, x2, [n], mean, rstd, weight, bias, output_mask=mask)
+        return dx.view(ctx.x_shape), dw, db, None
+
+
+class _SwiGLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y: torch.Tensor) -> torch.Tensor:
+        y = y.contiguous()
+        ctx.save_for_backward(y)
+        return gems_fused.swiglu(y)
+
+    @staticmethod
+    def backward(ctx, dout: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return gems_fused.dswiglu(dout.contiguous(), y)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """FlagGems RMSNorm (contiguous ``dy`` guaranteed)."""
+    return _RMSNorm.apply(x, weight, eps)
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """FlagGems LayerNorm on a 2-D view of ``x`` (its backward assumes 2-D)."""
+    return _LayerNorm.apply(x, weight, bias, eps)
+
+
+def swiglu(y: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """FlagGems SwiGLU; a bias is added by torch first (FlagGems' kernel takes none)."""
+    return _SwiGLU.apply(y if bias is None else y + bias)
+
+
+def attention_supported(sq: int, sk: int, causal: bool, head_dim: int) -> str | None:
+    """None if FlagGems' attention is right for this call, else why it is not used."""
+    if not causal:
+        return "FlagGems' attention backward always applies the causal mask"
+    if sq != sk or sq % GEMS_ATTENTION_BLOCK:
+        return f"FlagGems' attention backward needs sq == sk and sq % {GEMS_ATTENTION_BLOCK} == 0"
+    if head_dim not in (16, 32, 64, 128, 256):
+        return "FlagGems' attention needs head dim 16, 32, 64, 128 or 256"
+    return None
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float) -> torch.Tensor:
+    """FlagGems attention for q [sq, b, hq, d], k/v [sk, b, hkv, d] (see ``attention_supported``)."""
+    qb = q.permute(1, 2, 0, 3).contiguous()
+    kb = k.permute(1, 2, 0, 3).contiguous()
+    vb = v.permute(1, 2, 0, 3).contiguous()
+    out = gems_ops.scaled_dot_product_attention(
+        qb, kb, vb, None, 0.0, causal, sm_scale, q.shape[2] != k.shape[2]
+    )  # [b, hq, sq, d]
+    return out.permute(2, 0, 1, 3).contiguous()
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """FlagGems per-token cross entropy, megatron's smoothing; loss rounded to the logits dtype by FlagGems."""
+    vocab = logits.shape[-1]
+    smoothing = label_smoothing * vocab / (vocab - 1) if label_smoothing > 0 else 0.0
+    loss = gems_fused.cross_entropy_loss(logits.reshape(-1, vocab), target.reshape(-1), None, "none", -100, smoothing)
+    return loss.float().view(target.shape)

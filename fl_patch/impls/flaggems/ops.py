@@ -1,0 +1,81 @@
+"""The pack's ops, each served by the backend ``_runtime.backend(op)`` picks: this project's kernel or FlagGems'.
+
+Why a dispatch layer: the megatron-facing impls (norm.py, mlp.py, ...) decide
+*whether* a call can leave upstream; these functions decide *which* kernel takes it.
+The bench and the GPU tests call the same functions, so what is measured and tested
+is what training runs. Kernel modules are imported on first use, never at import of
+this module (it loads on machines without triton).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._runtime import backend
+
+__all__ = ["attention_reason", "cross_entropy", "flash_attention", "layer_norm", "rms_norm", "rotary", "swiglu"]
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dimension."""
+    if backend("rms_norm") == "flaggems":
+        from .gems import rms_norm as impl
+    else:
+        from .kernels.norms import rms_norm as impl
+    return impl(x, weight, eps)
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """LayerNorm over the last dimension."""
+    if backend("layer_norm") == "flaggems":
+        from .gems import layer_norm as impl
+    else:
+        from .kernels.norms import layer_norm as impl
+    return impl(x, weight, bias, eps)
+
+
+def swiglu(y: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """silu(a + bias_a) * (g + bias_g) for y = [a | g] along the last dimension."""
+    if backend("swiglu") == "flaggems":
+        from .gems import swiglu as impl
+    else:
+        from .kernels.swiglu import swiglu as impl
+    return impl(y, bias)
+
+
+def rotary(t: torch.Tensor, freqs: torch.Tensor, mscale: float, interleaved: bool) -> torch.Tensor:
+    """RoPE of t [s, b, h, d] (FlagGems 5.0.2 has a forward-only rotary kernel: ours always)."""
+    from .kernels.rope import rotary as impl
+
+    return impl(t, freqs, mscale, interleaved)
+
+
+def attention_reason(sq: int, sk: int, causal: bool, head_dim: int) -> str | None:
+    """None if the chosen attention backend takes this call, else why not."""
+    if head_dim > 256:
+        return f"head dim {head_dim} > 256"
+    if causal and sq != sk:
+        return "causal attention with sq != sk"
+    if backend("attention") == "flaggems":
+        from .gems import attention_supported
+
+        return attention_supported(sq, sk, causal, head_dim)
+    return None
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float) -> torch.Tensor:
+    """Attention of q [sq, b, hq, d] over k, v [sk, b, hkv, d]; [sq, b, hq, d] out."""
+    if backend("attention") == "flaggems":
+        from .gems import flash_attention as impl
+    else:
+        from .kernels.attention import flash_attention as impl
+    return impl(q, k, v, causal, sm_scale)
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Per-token cross entropy over the last dimension (fp32 loss)."""
+    if backend("cross_entropy") == "flaggems":
+        from .gems import cross_entropy as impl
+    else:
+        from .kernels.cross_entropy import cross_entropy as impl
+    return impl(logits, target, label_smoothing)
