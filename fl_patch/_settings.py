@@ -25,6 +25,9 @@ class ENV:
     PACKS = "FL_PATCH_PACKS"  # shipped packs to enable ("none", or names); default: all
     PREFER = "MG_FL_PREFER"  # vendor priority list, FlagScale's variable
     REPORT = "FL_PATCH_REPORT"  # "1": print a report at exit (counts calls)
+    REPORT_FILE = "FL_PATCH_REPORT_FILE"  # a path: append the exit report there as JSON (implies REPORT)
+    CHILDREN = "FL_PATCH_CHILDREN"  # "0": do not watch for child processes fl_patch cannot reach
+    BOOTSTRAP = "FL_PATCH_BOOTSTRAP"  # set by the launcher: the bootstrap dir it put on PYTHONPATH
     ENTRY_POINTS = "FL_PATCH_ENTRY_POINTS"  # "0": ignore installed entry points
     FLAGSCALE = "FL_PATCH_FLAGSCALE"  # "0": ignore a FlagScale-style plugin tree
 
@@ -60,6 +63,8 @@ class Settings:
     packs: tuple[str, ...] | None = None  # None: every shipped pack
     prefer: tuple[str, ...] = ()
     report_at_exit: bool = False
+    report_file: str | None = None
+    watch_children: bool = True
     entry_points: bool = True
     flagscale_tree: bool = True
 
@@ -81,7 +86,9 @@ class Settings:
             registry_modules=_csv(env, ENV.REGISTRY),
             packs=packs,
             prefer=tuple(v.lower() for v in _csv(env, ENV.PREFER)),
-            report_at_exit=_flag(env, ENV.REPORT, False),
+            report_at_exit=_flag(env, ENV.REPORT, False) or bool(env.get(ENV.REPORT_FILE, "").strip()),
+            report_file=env.get(ENV.REPORT_FILE, "").strip() or None,
+            watch_children=_flag(env, ENV.CHILDREN, True),
             entry_points=_flag(env, ENV.ENTRY_POINTS, True),
             flagscale_tree=_flag(env, ENV.FLAGSCALE, True),
         )

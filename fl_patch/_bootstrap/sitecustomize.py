@@ -1,0 +1,134 @@
+# fl_patch bootstrap. Identical to fl_patch/_bootstrap/sitecustomize.py (a test checks it).
+# It must parse on any Python that might inherit PYTHONPATH (old ones too: they are told
+# they are out of reach instead of printing a SyntaxError), hence %-formatting and (object).
+# ruff: noqa: UP004, UP031, UP036, BLE001
+"""Activate fl_patch in every Python process that has this directory on ``PYTHONPATH``.
+
+    PYTHONPATH=/path/to/sitecustomize_template:$PYTHONPATH torchrun --nproc-per-node 8 train.py
+
+Python imports ``sitecustomize`` at start-up (``site``), before the program's first
+line; every process started with this environment (torchrun workers, multiprocessing
+spawn and forkserver children, subprocesses, compile workers) inherits it. This file:
+
+1. does nothing but read ``FL_PATCH`` when it is ``0``/``false``/``no``/``off``;
+2. otherwise imports ``fl_patch._startup`` and activates it (the import hook goes in,
+   registries are read; megatron, torch, entry points wait for their first use);
+3. then imports the ``sitecustomize`` this one hides, if there is one (the user's, a
+   distribution's), exactly as Python would have, so chaining is invisible;
+4. never breaks start-up: a failure is one warning, except with ``FL_PATCH_STRICT=1``,
+   where start-up stops with the message (exit status 1). An interpreter that cannot
+   import fl_patch (another Python, another virtualenv) is told so at its first
+   megatron import, by a warning (strict: an ImportError), not left silently unpatched.
+
+It is written to parse on any Python, and to import only modules the interpreter has
+already loaded at start-up (``os``, ``sys``).
+"""
+
+import os
+import sys
+
+_FL_PATCH_FALSE = ("0", "false", "no", "off")
+_FL_PATCH_TRUE = ("1", "true", "yes", "on")
+
+
+def _fl_patch_flag(name, values):
+    return os.environ.get(name, "").strip().lower() in values
+
+
+class _FlPatchOutOfReach(object):
+    """A ``sys.meta_path`` entry that speaks up when megatron is imported without fl_patch."""
+
+    def __init__(self, reason):
+        self.reason = reason
+        self.fired = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not self.fired and (fullname == "megatron" or fullname.startswith("megatron.")):
+            self.fired = True
+            message = "fl_patch cannot run in this process (pid %d, %s): %s; megatron runs here unpatched" % (
+                os.getpid(),
+                sys.executable,
+                self.reason,
+            )
+            if _fl_patch_flag("FL_PATCH_STRICT", _FL_PATCH_TRUE):
+                raise ImportError(message + " (FL_PATCH_STRICT=1)")
+            import warnings
+
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+        return None
+
+    def find_module(self, fullname, path=None):  # the import protocol of old Pythons
+        self.find_spec(fullname, path)
+        return None
+
+
+def _fl_patch_failed(message):
+    """One warning; or, in strict mode, the message and exit status 1 (SystemExit here is a fatal error)."""
+    if _fl_patch_flag("FL_PATCH_STRICT", _FL_PATCH_TRUE):
+        sys.stderr.write("fl_patch: %s (FL_PATCH_STRICT=1: start-up stops)\n" % message)
+        sys.stderr.flush()
+        os._exit(1)
+    import warnings
+
+    warnings.warn("fl_patch: %s; this process runs without fl_patch" % message, RuntimeWarning, stacklevel=2)
+
+
+def _fl_patch_activate(here):
+    if sys.version_info < (3, 10):
+        sys.meta_path.append(
+            _FlPatchOutOfReach("Python %d.%d is older than fl_patch needs (3.10)" % sys.version_info[:2])
+        )
+        return
+    try:
+        from fl_patch._startup import activate
+    except ImportError as exc:
+        # Not installed for this interpreter (or a dependency is not): out of reach, said
+        # where it matters, at the first megatron import. Unrelated tools stay quiet.
+        sys.meta_path.append(_FlPatchOutOfReach("it cannot import fl_patch (%s: %s)" % (type(exc).__name__, exc)))
+        return
+    except Exception as exc:  # a broken fl_patch
+        _fl_patch_failed("importing fl_patch failed: %s: %s" % (type(exc).__name__, exc))
+        return
+    try:
+        activate(here)
+    except Exception as exc:  # activate() reports its own problems; this is a last resort
+        _fl_patch_failed("activation failed: %s: %s" % (type(exc).__name__, exc))
+
+
+def _fl_patch_chain(here):
+    """Import the ``sitecustomize`` this one hides, as Python would have without it."""
+
+    def is_here(entry):
+        try:
+            return os.path.realpath(entry or os.curdir) == here
+        except (OSError, ValueError, TypeError):
+            return False
+
+    removed = [(index, entry) for index, entry in enumerate(sys.path) if is_here(entry)]
+    sys.path[:] = [entry for entry in sys.path if not is_here(entry)]
+    mine = sys.modules.pop("sitecustomize", None)
+    try:
+        try:
+            __import__("sitecustomize")
+        except ImportError as exc:
+            missing = getattr(exc, "name", None)
+            if missing != "sitecustomize" and (missing is not None or "sitecustomize" not in str(exc)):
+                raise
+            if mine is not None:  # no other sitecustomize: this one stays the module of that name
+                sys.modules["sitecustomize"] = mine
+    finally:
+        # Put this directory back where it was: children that rebuild PYTHONPATH from
+        # sys.path (torch inductor's compile workers do) keep the bootstrap.
+        for index, entry in removed:
+            sys.path.insert(min(index, len(sys.path)), entry)
+
+
+def _fl_patch_bootstrap():
+    here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
+    if not _fl_patch_flag("FL_PATCH", _FL_PATCH_FALSE):
+        _fl_patch_activate(here)
+    _fl_patch_chain(here)
+
+
+if __name__ == "sitecustomize":
+    _fl_patch_bootstrap()

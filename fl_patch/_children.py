@@ -1,0 +1,253 @@
+"""Saying so when this process starts a Python child that fl_patch will not reach.
+
+fl_patch reaches a child through the environment: the bootstrap directory on
+``PYTHONPATH`` makes the child's ``site`` import fl_patch's ``sitecustomize``. A child
+started with ``-I``, ``-E`` or ``-S``, with an environment that drops the bootstrap
+directory (``env={...}`` built from scratch, ``env -i``), or with fl_patch's variables
+set differently, runs without those patches, or with other ones. The child cannot
+say so (nothing of fl_patch runs in it), so the parent does, at the moment it starts
+the child: an audit hook (PEP 578) sees ``subprocess.Popen``, ``os.exec*``,
+``os.posix_spawn``, ``os.spawn*`` and ``os.system`` launches, and for one that starts
+Python (an interpreter by name, or a script whose ``#!`` line names one, such as
+``torchrun``) gives one ``FlPatchWarning`` per cause and executable.
+
+What it cannot see: ``multiprocessing``'s spawn and forkserver start methods call
+``_posixsubprocess.fork_exec`` directly, with no audit event; their children get
+this process's interpreter flags and ``os.environ``, which is what the launcher
+checks at start. A child of a different interpreter is not judged here: if it can
+import fl_patch it is patched; if not, the bootstrap ``sitecustomize`` says so in
+the child at its first megatron import.
+
+Cost: an audit hook is called for every audited event (``open``, ``import``, ...);
+this one returns after one set lookup for all but the five launch events. It is
+installed once per process and cannot be removed (audit hooks never can);
+``FL_PATCH_CHILDREN=0`` keeps it out.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+
+from ._errors import FlPatchWarning
+from ._settings import ENV
+
+__all__ = ["PACKAGE_BOOTSTRAP", "diagnose", "interpreter_flags", "watch"]
+
+PACKAGE_BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
+
+_LAUNCH_EVENTS = frozenset({"subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system"})
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+# Variables whose difference between parent and child changes what is patched.
+_SETTINGS_VARIABLES = (
+    ENV.ENABLED,
+    ENV.STRICT,
+    ENV.DISABLE,
+    ENV.REGISTRY,
+    ENV.PACKS,
+    ENV.PREFER,
+    ENV.ENTRY_POINTS,
+    ENV.FLAGSCALE,
+)
+_FLAG_CAUSES = {
+    "I": "it is started with -I (isolated mode ignores PYTHONPATH)",
+    "E": "it is started with -E (PYTHON* variables, PYTHONPATH among them, are ignored)",
+    "S": "it is started with -S (no site import, so no sitecustomize)",
+}
+
+_bootstrap_dirs: set[str] = set()
+_hooked = False
+_warned: set[tuple[str, str]] = set()
+_local = threading.local()
+
+
+def watch(bootstrap_dir: str | None = None) -> None:
+    """Install the audit hook (once); ``bootstrap_dir`` is the directory that activated us."""
+    global _hooked
+    for directory in (bootstrap_dir, PACKAGE_BOOTSTRAP):
+        if directory:
+            _bootstrap_dirs.add(os.path.realpath(directory))
+    if not _hooked:
+        _hooked = True
+        sys.addaudithook(_audit)
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    if event not in _LAUNCH_EVENTS or getattr(_local, "busy", False):
+        return
+    _local.busy = True
+    try:
+        launch = _launch(event, args)
+        if launch is not None:
+            executable, argv, env = launch
+            for cause in diagnose(executable, argv, env):
+                _warn(cause, executable, argv)
+    except Exception:  # noqa: BLE001  (a diagnostic must never stop a launch)
+        pass
+    finally:
+        _local.busy = False
+
+
+def _text(value: object) -> str:
+    return os.fsdecode(value) if isinstance(value, (str, bytes, os.PathLike)) else str(value)
+
+
+def _environ(env: object) -> dict[str, str] | None:
+    if not isinstance(env, Mapping):
+        return None
+    return {_text(k): _text(v) for k, v in env.items()}
+
+
+def _launch(event: str, args: tuple[object, ...]) -> tuple[str, list[str], dict[str, str] | None] | None:
+    """(executable, argv, explicit environment or None) of a launch event."""
+    if event == "os.system":
+        return _from_shell(_text(args[0]), None)
+    if event == "subprocess.Popen":
+        executable, argv, _cwd, env = args
+    elif event == "os.spawn":
+        _mode, executable, argv, env = args
+    else:  # os.exec, os.posix_spawn
+        executable, argv, env = args
+    if isinstance(argv, (str, bytes)):
+        argv = [argv]
+    words = [_text(a) for a in argv] if isinstance(argv, Sequence) else []
+    exe = _text(executable) if executable is not None else (words[0] if words else "")
+    environ = _environ(env)
+    if os.path.basename(exe) in _SHELLS and len(words) >= 3 and words[1] == "-c":
+        return _from_shell(words[2], environ)
+    return exe, words, environ
+
+
+def _from_shell(command: str, env: dict[str, str] | None) -> tuple[str, list[str], dict[str, str] | None] | None:
+    """The first simple command of a shell line, with its ``VAR=value`` and ``env`` prefixes."""
+    import shlex
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    environ = dict(os.environ if env is None else env)
+    explicit = env is not None
+    while words:
+        word = words[0]
+        if word == "env" or os.path.basename(word) == "env":
+            words.pop(0)
+            while words and words[0].startswith("-"):
+                if words.pop(0) in ("-i", "--ignore-environment", "-"):
+                    environ, explicit = {}, True
+            continue
+        name, eq, value = word.partition("=")
+        if eq and name.isidentifier():
+            environ[name] = value
+            explicit = True
+            words.pop(0)
+            continue
+        break
+    if not words:
+        return None
+    return words[0], words, environ if explicit else None
+
+
+def _is_python_name(path: str) -> bool:
+    name = os.path.basename(path).lower()
+    if name.endswith(".exe"):
+        name = name[:-4]
+    if not name.startswith("python"):
+        return False
+    rest = name[len("python") :].rstrip("wtdmu")
+    return all(part.isdigit() for part in rest.split(".") if part) and not rest.startswith(".")
+
+
+def _resolve(executable: str, environ: Mapping[str, str]) -> str | None:
+    if os.sep in executable:
+        return executable if os.path.isfile(executable) else None
+    import shutil
+
+    return shutil.which(executable, path=environ.get("PATH", os.defpath))
+
+
+def _shebang_options(path: str) -> list[str] | None:
+    """The interpreter options of a script whose ``#!`` line names Python, else None."""
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    if words and os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if w != "-S"]
+    if not words or not _is_python_name(words[0]):
+        return None
+    return words[1:]
+
+
+def interpreter_flags(options: Sequence[str]) -> set[str]:
+    """Which of -I, -E, -S appear among Python's options (up to the script, -c or -m)."""
+    flags: set[str] = set()
+    i = 0
+    while i < len(options):
+        word = options[i]
+        if word == "--" or word == "-" or not word.startswith("-"):
+            break
+        if word.startswith("--"):
+            i += 2 if word == "--check-hash-based-pycs" else 1
+            continue
+        for j, letter in enumerate(word[1:], start=1):
+            if letter in "IES":
+                flags.add(letter)
+            elif letter in "cm":
+                return flags  # the program follows
+            elif letter in "XW":
+                if j == len(word) - 1:
+                    i += 1  # the value is the next word
+                break
+        i += 1
+    return flags
+
+
+def _reaches_through_pythonpath(environ: Mapping[str, str]) -> bool:
+    entries = environ.get("PYTHONPATH", "").split(os.pathsep)
+    return any(entry and os.path.realpath(entry) in _bootstrap_dirs for entry in entries)
+
+
+def diagnose(executable: str, argv: Sequence[str], env: Mapping[str, str] | None) -> list[str]:
+    """Why a launch of ``argv`` will not run with this process's fl_patch (empty: it will, or it is not Python)."""
+    environ: Mapping[str, str] = os.environ if env is None else env
+    if environ.get(ENV.ENABLED, "").strip().lower() in _FALSE:
+        return []  # turned off on purpose
+    if _is_python_name(executable):
+        options: list[str] | None = list(argv[1:])
+    else:
+        resolved = _resolve(executable, environ)
+        options = _shebang_options(resolved) if resolved else None
+    if options is None:
+        return []  # not Python, as far as can be told
+    causes = [_FLAG_CAUSES[flag] for flag in sorted(interpreter_flags(options))]
+    if _reaches_through_pythonpath(os.environ) and not _reaches_through_pythonpath(environ):
+        causes.append("its environment has no fl_patch bootstrap directory on PYTHONPATH")
+    if env is not None:
+        changed = [name for name in _SETTINGS_VARIABLES if os.environ.get(name) != env.get(name)]
+        if changed and not causes:
+            causes.append(
+                f"its environment sets {', '.join(changed)} differently, so it is patched with another configuration"
+            )
+    return causes
+
+
+def _warn(cause: str, executable: str, argv: Sequence[str]) -> None:
+    key = (cause, executable)
+    if key in _warned:
+        return
+    _warned.add(key)
+    shown = " ".join(argv[:6]) + (" ..." if len(argv) > 6 else "")
+    warnings.warn(
+        f"fl_patch: a child Python process will run without this process's patches: {cause}: {shown}",
+        FlPatchWarning,
+        stacklevel=3,
+    )
