@@ -19,7 +19,8 @@ import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 __all__ = [
     "BACKENDS",
@@ -31,6 +32,7 @@ __all__ = [
     "interpreting",
     "kernel_unavailable",
     "reset_fallbacks",
+    "use_backend",
 ]
 
 LOG = logging.getLogger("fl_patch.flaggems")
@@ -53,6 +55,7 @@ DEFAULT_BACKEND: dict[str, str] = dict.fromkeys(BACKENDS, "triton")
 FALLBACKS: dict[tuple[str, str], int] = {}
 _lock = threading.Lock()
 _overrides: dict[str, str] | None = None
+_forced: dict[str, str] = {}
 
 
 def interpreting() -> bool:
@@ -81,6 +84,9 @@ def kernel_unavailable(*tensors: object) -> str | None:
 def backend(op: str) -> str:
     """The implementation chosen for ``op``: ``FL_GEMS_BACKEND`` entry, else the default."""
     global _overrides
+    forced = _forced.get(op)
+    if forced is not None:
+        return forced
     if _overrides is None:
         parsed: dict[str, str] = {}
         for item in os.environ.get("FL_GEMS_BACKEND", "").split(","):
@@ -125,3 +131,19 @@ def reset_fallbacks(ops: Iterable[str] | None = None) -> None:
             if ops is None or key[0] in set(ops):
                 del FALLBACKS[key]
         _overrides = None
+
+
+@contextmanager
+def use_backend(op: str, name: str) -> Iterator[None]:
+    """Serve ``op`` with backend ``name`` inside the block (tests and the bench compare backends)."""
+    if name not in BACKENDS[op]:
+        raise ValueError(f"{op} has no backend {name!r} (has: {', '.join(BACKENDS[op])})")
+    previous = _forced.get(op)
+    _forced[op] = name
+    try:
+        yield
+    finally:
+        if previous is None:
+            _forced.pop(op, None)
+        else:
+            _forced[op] = previous

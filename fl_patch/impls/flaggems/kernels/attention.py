@@ -41,6 +41,16 @@ _LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _dot(a, b, PRECISION: tl.constexpr):
+    """a @ b with fp32 accumulation; "interp" upcasts (the interpreter's dot misreads bf16)."""
+    if PRECISION == "interp":
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        out = tl.dot(a, b, input_precision=PRECISION)
+    return out
+
+
+@triton.jit
 def _fwd_inner(
     acc, l_i, m_i, q, K_base, V_base, stride_ks, stride_vs, offs_m, offs_d, lo, hi, SK, qk_scale,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, HEAD_DIM: tl.constexpr,
@@ -55,7 +65,7 @@ def _fwd_inner(
         else:
             k = tl.load(K_base + offs_n[:, None] * stride_ks + offs_d[None, :])
             v = tl.load(V_base + offs_n[:, None] * stride_vs + offs_d[None, :])
-        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        qk = _dot(q, tl.trans(k), PRECISION) * qk_scale
         if MASKED:
             valid = (offs_n < SK)[None, :]
             if CAUSAL:
@@ -65,7 +75,7 @@ def _fwd_inner(
         p = tl.math.exp2(qk - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, PRECISION)
         m_i = m_new
     return acc, l_i, m_i
 
@@ -156,17 +166,17 @@ def _dkdv_inner(
         else:
             lse = tl.load(LSE_base + offs_m)
             delta = tl.load(DELTA_base + offs_m)
-        qk_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
+        qk_t = _dot(k, tl.trans(q), PRECISION) * qk_scale
         p_t = tl.math.exp2(qk_t - lse[None, :])
         if MASKED:
             valid = (offs_m < SQ)[None, :]
             if CAUSAL:
                 valid = valid & (offs_m[None, :] >= offs_n[:, None])
             p_t = tl.where(valid, p_t, 0.0)
-        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
-        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        dv += _dot(p_t.to(do.dtype), do, PRECISION)
+        dp_t = _dot(v, tl.trans(do), PRECISION)
         ds_t = p_t * (dp_t - delta[None, :])
-        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
+        dk += _dot(ds_t.to(q.dtype), q, PRECISION)
     return dk, dv
 
 
@@ -249,16 +259,16 @@ def _dq_inner(
         else:
             k = tl.load(K_base + cols * stride_ks + offs_d[None, :])
             v = tl.load(V_base + cols * stride_vs + offs_d[None, :])
-        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        qk = _dot(q, tl.trans(k), PRECISION) * qk_scale
         p = tl.math.exp2(qk - lse[:, None])
         if MASKED:
             valid = (offs_n < SK)[None, :]
             if CAUSAL:
                 valid = valid & (offs_m[:, None] >= offs_n[None, :])
             p = tl.where(valid, p, 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        dp = _dot(do, tl.trans(v), PRECISION)
         ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+        dq += _dot(ds.to(k.dtype), k, PRECISION)
     return dq
 
 
@@ -356,6 +366,17 @@ def _launch(kind: str, kernel: triton.JITFunction, tuned: object, grid_of, dtype
     )
 
 
+def _precision(dtype: torch.dtype) -> str:
+    """IEEE fp32 products for fp32 input (not TF32); tensor cores for half input.
+
+    Under ``TRITON_INTERPRET=1`` half operands are upcast ("interp"): triton 3.6's
+    interpreter multiplies bf16 bit patterns as integers in ``tl.dot``.
+    """
+    if dtype == torch.float32:
+        return "ieee"
+    return "interp" if interpreting() else "tf32"
+
+
 def _strides3(t: torch.Tensor) -> tuple[int, int, int]:
     return t.stride(0), t.stride(1), t.stride(2)
 
@@ -374,7 +395,7 @@ class FlashAttentionFunction(torch.autograd.Function):
         sk, _, hkv, _ = k.shape
         group = hq // hkv
         block_d = max(16, triton.next_power_of_2(d))
-        precision = "ieee" if q.dtype == torch.float32 else "tf32"
+        precision = _precision(q.dtype)
         out = torch.empty((sq, b, hq, d), dtype=q.dtype, device=q.device)
         lse = torch.empty((b * hq, sq), dtype=torch.float32, device=q.device)
         qk_scale = sm_scale * _LOG2E
@@ -395,7 +416,7 @@ class FlashAttentionFunction(torch.autograd.Function):
         sk, _, hkv, _ = k.shape
         group = hq // hkv
         block_d = max(16, triton.next_power_of_2(d))
-        precision = "ieee" if q.dtype == torch.float32 else "tf32"
+        precision = _precision(q.dtype)
         qk_scale = ctx.sm_scale * _LOG2E
         delta = torch.empty((b * hq, sq), dtype=torch.float32, device=q.device)
         block_rows = 64 if not interpreting() else 16

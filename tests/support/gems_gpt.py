@@ -1,0 +1,193 @@
+"""Train upstream megatron-core's local-spec GPT on one GPU, with or without the FlagGems pack.
+
+``python gems_gpt.py --mode curve --out losses.json``: a small GPT on a learnable
+synthetic language (a fixed random Markov chain: each token has a few likely
+successors), a few hundred steps, the loss of every step. Two runs, one with
+``MG_FL_PREFER=flaggems`` and one with ``FL_PATCH=0``, give the loss curves that
+``tests/test_flaggems_gpu.py`` compares.
+
+``python gems_gpt.py --mode throughput --out step.json``: the model of
+``shared/device/baseline.py`` (16 layers, hidden 2048, 16 heads in 4 query groups,
+SwiGLU 5632, RoPE, RMSNorm, vocab 32000, about 0.85 B parameters), seq 2048,
+micro-batch 4, bf16, megatron DDP and ``get_megatron_optimizer`` (Adam), 14 steps,
+the median step time of steps 5-14 as tokens/s (``bench/gpu_session.sh`` runs it
+with and without the pack).
+
+fl_patch is installed here, before megatron is imported, so ``MG_FL_PREFER`` and
+``FL_PATCH`` in the environment decide what runs. The output JSON also holds
+fl_patch's report for the pack's targets and the pack's fallbacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+import fl_patch
+
+fl_patch.install()
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+
+def _init_distributed() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK="0")
+    torch.cuda.set_device(0)
+    torch.distributed.init_process_group("nccl", rank=0, world_size=1)
+
+
+def _markov_batches(vocab: int, batch: int, seq: int, seed: int, device: str):
+    """Endless batches from a fixed sparse Markov chain (4 likely successors a token)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    successors = torch.randint(0, vocab, (vocab, 4), generator=gen)
+    weights = torch.tensor([0.55, 0.25, 0.12, 0.08])
+    successors, weights = successors.to(device), weights.to(device)
+    step_gen = torch.Generator(device=device).manual_seed(seed + 1)
+    while True:
+        tokens = torch.empty(batch, seq + 1, dtype=torch.long, device=device)
+        tokens[:, 0] = torch.randint(0, vocab, (batch,), device=device, generator=step_gen)
+        choice = torch.multinomial(weights.expand(batch * seq, 4), 1, generator=step_gen).view(batch, seq)
+        noise = torch.rand(batch, seq, device=device, generator=step_gen) < 0.05
+        random_tokens = torch.randint(0, vocab, (batch, seq), device=device, generator=step_gen)
+        for i in range(seq):
+            nxt = successors[tokens[:, i], choice[:, i]]
+            tokens[:, i + 1] = torch.where(noise[:, i], random_tokens[:, i], nxt)
+        yield tokens
+
+
+def _random_batches(vocab: int, batch: int, seq: int, device: str):
+    tokens = torch.randint(0, vocab, (batch, seq + 1), device=device)
+    while True:
+        yield tokens
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", choices=("curve", "throughput"), required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--layers", type=int, default=None)
+    parser.add_argument("--hidden", type=int, default=None)
+    parser.add_argument("--seq", type=int, default=None)
+    parser.add_argument("--mbs", type=int, default=None)
+    args = parser.parse_args()
+    curve = args.mode == "curve"
+    layers = args.layers or (4 if curve else 16)
+    hidden = args.hidden or (512 if curve else 2048)
+    heads = 8 if curve else 16
+    groups = 2 if curve else 4
+    ffn = 1408 if curve else 5632
+    vocab = 4096 if curve else 32000
+    seq = args.seq or (512 if curve else 2048)
+    mbs = args.mbs or (8 if curve else 4)
+    steps = args.steps or (300 if curve else 14)
+
+    _init_distributed()
+    from megatron.core import parallel_state
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+    from megatron.core.transformer.module import Float16Module
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    parallel_state.initialize_model_parallel(1, 1)
+    torch.manual_seed(1234)
+    model_parallel_cuda_manual_seed(1234)
+    cfg = TransformerConfig(
+        num_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_query_groups=groups,
+        ffn_hidden_size=ffn, normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu,
+        add_bias_linear=False, bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
+        bias_activation_fusion=False, masked_softmax_fusion=False, apply_rope_fusion=False,
+        gradient_accumulation_fusion=False, bias_dropout_fusion=False, attention_dropout=0.0, hidden_dropout=0.0,
+    )  # fmt: skip
+    model = GPTModel(
+        config=cfg,
+        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+        vocab_size=vocab,
+        max_sequence_length=seq,
+        position_embedding_type="rope",
+    ).cuda()
+    n_params = sum(p.numel() for p in model.parameters())
+    model = Float16Module(cfg, model)
+    model = DistributedDataParallel(
+        config=cfg, module=model, ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True)
+    )
+    lr = 6e-4 if curve else 1e-4
+    optimizer = get_megatron_optimizer(
+        OptimizerConfig(optimizer="adam", lr=lr, bf16=True, params_dtype=torch.bfloat16, clip_grad=1.0), [model]
+    )
+    batches = _markov_batches(vocab, mbs, seq, 7, "cuda") if curve else _random_batches(vocab, mbs, seq, "cuda")
+    positions = torch.arange(seq, device="cuda").expand(mbs, -1)
+
+    def step_fn(iterator, m):
+        tokens = next(iterator)
+        out = m(tokens[:, :-1], positions, None, labels=tokens[:, 1:])
+
+        def loss_fn(o):
+            loss = o.float().mean()
+            return loss, {"lm loss": loss}
+
+        return out, loss_fn
+
+    forward_backward = get_forward_backward_func()
+    times, losses = [], []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        model.zero_grad_buffer()
+        optimizer.zero_grad()
+        result = forward_backward(
+            forward_step_func=step_fn, data_iterator=batches, model=model, num_microbatches=1, seq_length=seq,
+            micro_batch_size=mbs, decoder_seq_length=seq, forward_only=False,
+        )  # fmt: skip
+        optimizer.step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        losses.append(result[0]["lm loss"].item())
+    steady = sorted(times[4:])
+    median = steady[len(steady) // 2] if steady else float("nan")
+    from fl_patch.impls.flaggems._runtime import fallback_summary
+
+    report = [
+        {"target": r.target, "status": r.status.value, "detail": r.detail}
+        for r in fl_patch.report()
+        if r.vendor == "flaggems"
+    ]
+    out = {
+        "mode": args.mode,
+        "pack": os.environ.get("MG_FL_PREFER", "") == "flaggems" and fl_patch.is_installed(),
+        "params": n_params,
+        "layers": layers,
+        "hidden": hidden,
+        "seq": seq,
+        "mbs": mbs,
+        "steps": steps,
+        "losses": losses,
+        "step_times_s": times,
+        "step_s_median": median,
+        "tokens_per_s": mbs * seq / median,
+        "tflops_6N": 6 * n_params * mbs * seq / median / 1e12,
+        "peak_mem_gb": torch.cuda.max_memory_allocated() / 1e9,
+        "flaggems_report": report,
+        "fallbacks": fallback_summary(),
+    }
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(json.dumps({k: v for k, v in out.items() if k not in ("losses", "step_times_s", "flaggems_report")}))
+    torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,359 @@
+"""The FlagGems pack on a CUDA GPU: every op against torch autograd, every impl against upstream, GPT loss curves.
+
+Skipped without a GPU. Three levels:
+1. Ops (``tests/support/gems_checks.py``): forward and every input gradient against
+   torch autograd in fp64 and in the same dtype, fp32 and bf16, contiguous and
+   strided, 2-D and 3-D (4-D ops vary batch and heads), odd sizes; for this
+   project's kernels (fixed block config: ``FL_GEMS_AUTOTUNE=0`` keeps compile time
+   down; one test runs the autotuned attention) and for the FlagGems backends.
+2. Impls against upstream megatron-core 0.19.2 on modules upstream built: the
+   pack's ``forward`` and upstream's on the same inputs, outputs and gradients
+   compared; fallbacks (explicit masks) checked to run upstream and be recorded.
+3. A GPT (4 layers, hidden 512, seq 512, bf16) trained 300 steps with and without
+   the pack: loss curves compared (tolerance in ``test_gpt_loss_curves_agree``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SUPPORT = Path(__file__).resolve().parent / "support"
+sys.path.insert(0, str(SUPPORT))
+
+import gems_checks  # noqa: E402
+
+from .conftest import REPO, clean_env  # noqa: E402
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _fixed_kernel_configs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FL_GEMS_AUTOTUNE", "0")
+
+
+def _report(result: dict) -> str:
+    errors = "; ".join(f"{k}: ours {v[0]:.2e} torch {v[1]:.2e}" for k, v in result["errors"].items())
+    return f"{result['problems']} ({errors})"
+
+
+@pytest.mark.parametrize("case", gems_checks.gpu_cases(), ids=lambda c: c.id)
+def test_op_matches_torch_autograd(case: gems_checks.Case) -> None:
+    result = gems_checks.check(case, "cuda")
+    assert not result["problems"], _report(result)
+
+
+def _has_flag_gems() -> bool:
+    try:
+        import flag_gems  # noqa: F401
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_flag_gems(), reason="flag_gems is not installed")
+@pytest.mark.parametrize("case", gems_checks.flaggems_cases(), ids=lambda c: c.id)
+def test_flaggems_backend_matches_torch_autograd(case: gems_checks.Case) -> None:
+    result = gems_checks.check(case, "cuda")
+    assert not result["problems"], _report(result)
+
+
+def test_autotuned_attention_at_training_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FL_GEMS_AUTOTUNE", "1")
+    case = gems_checks.Case("attention", "bf16", "qkv_slice", (2048, 2048, 1, 16, 4, 128), {"causal": True})
+    result = gems_checks.check(case, "cuda")
+    assert not result["problems"], _report(result)
+
+
+# ---------------------------------------------------------------------------------- impls vs upstream
+@pytest.fixture(scope="module")
+def megatron_parallel():
+    """megatron.core with a one-rank NCCL group and model-parallel state (upstream modules need them)."""
+    import megatron.core  # noqa: F401  (triton is there on a GPU machine: no stand-in needed)
+    from megatron.core import parallel_state
+
+    if not torch.distributed.is_initialized():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        torch.cuda.set_device(0)
+        torch.distributed.init_process_group("nccl", rank=0, world_size=1)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(1, 1)
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+
+    model_parallel_cuda_manual_seed(0)
+    yield parallel_state
+
+
+def _config(dtype: torch.dtype, **overrides: object):
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    kwargs = dict(
+        num_layers=1, hidden_size=256, num_attention_heads=8, num_query_groups=2, ffn_hidden_size=704,
+        normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False,
+        bias_activation_fusion=False, masked_softmax_fusion=False, apply_rope_fusion=False,
+        gradient_accumulation_fusion=False, attention_dropout=0.0, hidden_dropout=0.0,
+        bf16=dtype == torch.bfloat16, params_dtype=dtype,
+    )  # fmt: skip
+    kwargs.update(overrides)
+    return TransformerConfig(**kwargs)
+
+
+def _close(ours: torch.Tensor, upstream: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+    assert ours.shape == upstream.shape, f"{what}: {ours.shape} != {upstream.shape}"
+    assert torch.isfinite(ours.float()).all(), f"{what}: non-finite"
+    rel = ((ours.double() - upstream.double()).norm() / upstream.double().norm().clamp_min(1e-30)).item()
+    bound = 1e-4 if dtype == torch.float32 else 2e-2
+    assert rel <= bound, f"{what}: relative difference to upstream {rel:.3g} > {bound}"
+
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("normalization", ["RMSNorm", "LayerNorm"])
+def test_norm_module_matches_upstream(megatron_parallel, dtype, normalization) -> None:
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm as Upstream
+
+    from fl_patch.impls.flaggems import norm
+
+    cfg = _config(dtype, normalization=normalization)
+    up = Upstream(config=cfg, hidden_size=1000, eps=1e-5).cuda().to(dtype)
+    ours = norm.WrappedTorchNorm(config=cfg, hidden_size=1000, eps=1e-5).cuda().to(dtype)
+    assert isinstance(ours, type(up)) and type(ours) is not type(up)
+    assert list(ours.state_dict()) == list(up.state_dict())
+    with torch.no_grad():
+        for p in up.parameters():
+            p.copy_(torch.randn_like(p) * 0.1 + 1.0)
+    ours.load_state_dict(up.state_dict())
+    x = torch.randn(3, 37, 1000, device="cuda", dtype=dtype).transpose(0, 1)
+    dy = torch.randn(1000, 37, 3, device="cuda", dtype=dtype).permute(1, 2, 0)
+    results = []
+    for module in (ours, up):
+        xi = x.detach().clone().requires_grad_(True)
+        y = module(xi)
+        y.backward(dy)
+        results.append([y, xi.grad, *[p.grad for p in module.parameters()]])
+    for i, (a, b) in enumerate(zip(*results, strict=True)):
+        _close(a, b, dtype, f"{normalization} tensor {i}")
+
+
+def _qkv(sq: int, b: int, hq: int, hkv: int, d: int, dtype: torch.dtype):
+    """q/k/v as megatron's attention hands them: slices of a fused projection output."""
+    group = hq // hkv
+    mixed = torch.randn(sq, b, hkv, (group + 2) * d, device="cuda", dtype=dtype, requires_grad=True)
+    q = mixed[..., : group * d].reshape(sq, b, hq, d)
+    k = mixed[..., group * d : (group + 1) * d]
+    v = mixed[..., (group + 1) * d :]
+    return mixed, q, k, v
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mask", ["none", "causal_tensor"])
+def test_core_attention_matches_upstream(megatron_parallel, dtype, mask) -> None:
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.enums import AttnMaskType
+
+    from fl_patch.impls.flaggems import attention
+    from fl_patch.impls.flaggems._runtime import FALLBACKS, reset_fallbacks
+
+    reset_fallbacks()
+    cfg = _config(dtype, num_attention_heads=8, num_query_groups=2, kv_channels=64, hidden_size=512)
+    module = DotProductAttention(cfg, 1, AttnMaskType.causal, "self").cuda()
+    sq = 193
+    attention_mask = None
+    if mask == "causal_tensor":
+        attention_mask = torch.ones(1, 1, sq, sq, dtype=torch.bool, device="cuda").triu(1)
+    results = []
+    grad = None
+    for fn in (attention.dot_product_attention_forward, DotProductAttention.forward):
+        torch.manual_seed(5)
+        mixed, q, k, v = _qkv(sq, 2, 8, 2, 64, dtype)
+        out = fn(module, q, k, v, attention_mask)
+        grad = torch.randn_like(out) if grad is None else grad
+        out.backward(grad)
+        results.append([out, mixed.grad])
+    assert not [k for k in FALLBACKS if k[0] == "attention"], FALLBACKS
+    for i, (a, b) in enumerate(zip(*results, strict=True)):
+        _close(a, b, dtype, f"attention tensor {i}")
+
+
+def test_core_attention_with_other_mask_runs_upstream_and_says_so(megatron_parallel) -> None:
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.enums import AttnMaskType
+
+    from fl_patch.impls.flaggems import attention
+    from fl_patch.impls.flaggems._runtime import FALLBACKS, reset_fallbacks
+
+    reset_fallbacks()
+    cfg = _config(torch.bfloat16, kv_channels=32, hidden_size=256)
+    module = DotProductAttention(cfg, 1, AttnMaskType.causal, "self").cuda()
+    padding = torch.rand(2, 1, 64, 64, device="cuda") > 0.8
+    _, q, k, v = _qkv(64, 2, 8, 2, 32, torch.bfloat16)
+    ours = attention.dot_product_attention_forward(module, q, k, v, padding)
+    upstream = DotProductAttention.forward(module, q, k, v, padding)
+    assert torch.equal(ours, upstream)  # upstream itself ran
+    assert FALLBACKS.get(("attention", "an explicit attention mask other than the causal one")) == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mask", ["causal", "tensor"])
+def test_masked_softmax_matches_upstream(megatron_parallel, dtype, mask) -> None:
+    from megatron.core.fusions.fused_softmax import FusedScaleMaskSoftmax
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.utils import attention_mask_func
+
+    from fl_patch.impls.flaggems import softmax
+
+    module = FusedScaleMaskSoftmax(
+        False, dtype == torch.bfloat16, AttnMaskType.causal, False, attention_mask_func, True, 2.0
+    )
+    tensor_mask = (torch.rand(2, 1, 77, 77, device="cuda") > 0.6) if mask == "tensor" else None
+    scores = torch.randn(2, 4, 77, 77, device="cuda", dtype=dtype)
+    grad = torch.randn(2, 4, 77, 77, device="cuda", dtype=dtype)
+    results = []
+    for fn in (softmax.scale_mask_softmax_forward, FusedScaleMaskSoftmax.forward):
+        x = scores.clone().requires_grad_(True)
+        y = fn(module, x, tensor_mask)
+        y.backward(grad.to(y.dtype))
+        results.append([y, x.grad])
+    assert results[0][0].dtype == results[1][0].dtype
+    for i, (a, b) in enumerate(zip(*results, strict=True)):
+        _close(a, b, dtype, f"softmax tensor {i}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("bias", [False, True])
+def test_mlp_matches_upstream(megatron_parallel, dtype, bias) -> None:
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer.mlp import MLP, MLPSubmodules
+
+    from fl_patch.impls.flaggems import mlp
+
+    cfg = _config(dtype, add_bias_linear=bias)
+    module = MLP(cfg, MLPSubmodules(linear_fc1=ColumnParallelLinear, linear_fc2=RowParallelLinear)).cuda()
+    x = torch.randn(3, 37, 256, device="cuda", dtype=dtype).transpose(0, 1)
+    results = []
+    grad = None
+    for fn in (mlp.mlp_forward, MLP.forward):
+        module.zero_grad(set_to_none=True)
+        xi = x.detach().clone().requires_grad_(True)
+        out, out_bias = fn(module, xi)
+        grad = torch.randn_like(out) if grad is None else grad
+        (out if out_bias is None else out + out_bias).backward(grad)
+        results.append(
+            [out, xi.grad, *[p.main_grad if hasattr(p, "main_grad") else p.grad for p in module.parameters()]]
+        )
+    for i, (a, b) in enumerate(zip(*results, strict=True)):
+        _close(a, b, dtype, f"mlp tensor {i}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rope_matches_upstream(megatron_parallel, dtype, interleaved) -> None:
+    from megatron.core.models.common.embeddings import rope_utils
+
+    from fl_patch.impls.flaggems import rope
+
+    cfg = _config(dtype, rotary_interleaved=interleaved)
+    inv = 1.0 / (10000 ** (torch.arange(0, 64, 2, device="cuda", dtype=torch.float32) / 64))
+    angles = torch.outer(torch.arange(129, device="cuda", dtype=torch.float32), inv)
+    freqs = (angles.repeat_interleave(2, -1) if interleaved else torch.cat((angles, angles), -1))[:, None, None, :]
+    _, q, _, _ = _qkv(129, 2, 8, 2, 96, dtype)  # head dim 96, rotary width 64
+    grad = torch.randn(129, 2, 8, 96, device="cuda", dtype=dtype)
+    results = []
+    for fn in (rope.apply_rotary_pos_emb, rope_utils.apply_rotary_pos_emb):
+        t = q.detach().clone().requires_grad_(True)
+        out = fn(t, freqs, cfg, mscale=1.25)
+        out.backward(grad)
+        results.append([out, t.grad])
+    for i, (a, b) in enumerate(zip(*results, strict=True)):
+        _close(a, b, dtype, f"rope tensor {i}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_matches_upstream(megatron_parallel, dtype, smoothing) -> None:
+    from megatron.core.tensor_parallel import cross_entropy as upstream
+
+    from fl_patch.impls.flaggems import cross_entropy
+
+    # contiguous: upstream .view()s fp32 logits (non-contiguous ones are covered op-level)
+    logits = torch.randn(67, 4, 32000, device="cuda", dtype=dtype) * 3
+    target = torch.randint(0, 32000, (67, 4), device="cuda")
+    grad = torch.randn(4, 67, device="cuda").t()
+    results = []
+    for fn in (cross_entropy.vocab_parallel_cross_entropy, upstream.vocab_parallel_cross_entropy):
+        x = logits.detach().clone().requires_grad_(True)
+        loss = fn(x, target, smoothing)
+        loss.backward(grad)
+        results.append([loss, x.grad])
+    assert results[0][0].dtype == torch.float32
+    for i, (a, b) in enumerate(zip(*results, strict=True)):
+        _close(a, b, dtype, f"cross entropy tensor {i}")
+
+
+# ---------------------------------------------------------------------------------- training
+GPT_STEPS = 300
+GPT_TAIL = 50
+
+
+@pytest.mark.slow
+def test_gpt_loss_curves_agree(run_python, tmp_path) -> None:
+    """300 bf16 steps with and without the pack: the curves must agree.
+
+    Tolerance (bf16 training with different rounding order drifts apart slowly):
+    every 10-step window's mean loss within 2% (relative) of upstream's, the mean of
+    the last 50 steps within 1%, and the loss must have fallen by half (the run learns).
+    """
+    outs = {}
+    # keep what the caller put on PYTHONPATH (the GPU machine's wheels live there)
+    pythonpath = os.pathsep.join([str(REPO), str(SUPPORT), os.environ.get("PYTHONPATH", "")])
+    for name, env in (("pack", {"MG_FL_PREFER": "flaggems"}), ("upstream", {"FL_PATCH": "0"})):
+        out = tmp_path / f"{name}.json"
+        run_python(
+            str(SUPPORT / "gems_gpt.py"), "--mode", "curve", "--steps", str(GPT_STEPS), "--out", str(out),
+            env=clean_env(PYTHONPATH=pythonpath, **env), timeout=600,
+        )  # fmt: skip
+        outs[name] = json.loads(out.read_text())
+    pack, upstream = outs["pack"], outs["upstream"]
+    assert pack["pack"] and not upstream["pack"]
+    applied = {
+        r["target"].rsplit(".", 2)[-2] + "." + r["target"].rsplit(".", 1)[-1]: r["status"]
+        for r in pack["flaggems_report"]
+    }
+    for needed in (
+        "torch_norm.WrappedTorchNorm",
+        "MLP.forward",
+        "rope_utils.apply_rotary_pos_emb",
+        "DotProductAttention.forward",
+        "cross_entropy.vocab_parallel_cross_entropy",
+    ):
+        assert applied.get(needed) == "applied", applied
+    assert pack["fallbacks"] == [], pack["fallbacks"]
+    a, b = pack["losses"], upstream["losses"]
+    assert len(a) == len(b) == GPT_STEPS and all(math.isfinite(x) for x in a + b)
+    for start in range(0, GPT_STEPS, 10):
+        wa, wb = sum(a[start : start + 10]) / 10, sum(b[start : start + 10]) / 10
+        assert abs(wa - wb) <= 0.02 * wb, f"steps {start}-{start + 9}: pack {wa:.4f} upstream {wb:.4f}"
+    tail_a, tail_b = sum(a[-GPT_TAIL:]) / GPT_TAIL, sum(b[-GPT_TAIL:]) / GPT_TAIL
+    assert abs(tail_a - tail_b) <= 0.01 * tail_b, (tail_a, tail_b)
+    assert tail_b < 0.5 * b[0], "upstream did not learn: the comparison would be vacuous"
+    (tmp_path / "curves.json").write_text(json.dumps({"pack": a, "upstream": b}))
+    out_dir = os.environ.get("GEMS_CURVE_OUT")
+    if out_dir:
+        Path(out_dir).write_text(json.dumps({"pack": a, "upstream": b}))

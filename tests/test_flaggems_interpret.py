@@ -1,0 +1,72 @@
+"""The FlagGems pack's own Triton kernels on a CPU, in Triton's interpreter (``TRITON_INTERPRET=1``).
+
+Triton is not in the project's venv (with it importable, megatron-core and torch
+take their Triton paths in every test). ``scripts/triton-cpu.sh`` installs it into
+``.cache/triton-cpu``; these tests put that folder on the PYTHONPATH of a
+subprocess and skip when it is absent. Small sizes: the interpreter runs each
+program in numpy (about 30 s for all three tests on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from .conftest import REPO, SUPPORT, clean_env
+
+TRITON_CPU = REPO / ".cache" / "triton-cpu"
+
+pytestmark = pytest.mark.skipif(
+    not (TRITON_CPU / "triton").is_dir(), reason="no .cache/triton-cpu (run scripts/triton-cpu.sh)"
+)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    pythonpath = os.pathsep.join([str(TRITON_CPU), str(REPO), str(SUPPORT)])
+    return clean_env(PYTHONPATH=pythonpath, TRITON_INTERPRET="1", PYTHONWARNINGS="ignore", **extra)
+
+
+def _results(stdout: str) -> tuple[list[dict], dict]:
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    return [r for r in lines if "id" in r], lines[-1]
+
+
+def _failures(cases: list[dict]) -> list[str]:
+    return [f"{c['id']}: {c['problems']}" for c in cases if c["problems"]]
+
+
+def test_every_kernel_forward_and_backward_against_torch_autograd(run_python) -> None:
+    proc = run_python(str(SUPPORT / "gems_checks.py"), "interpret", env=_env(), check=False, timeout=300)
+    cases, summary = _results(proc.stdout)
+    assert proc.returncode == 0 and not _failures(cases), _failures(cases) or proc.stderr[-3000:]
+    ops = {c["id"].split("[")[0] for c in cases}
+    assert ops == {"rms_norm", "layer_norm", "swiglu", "rope", "attention", "softmax", "cross_entropy"}
+    assert summary == {"cases": len(cases), "failed": 0} and len(cases) == 28
+
+
+@pytest.mark.parametrize(
+    "blocks",
+    [
+        {"fwd": [16, 16, 4, 1], "dq": [16, 16, 4, 1], "dkdv": [16, 16, 4, 1]},  # BLOCK_M == BLOCK_N everywhere
+        {"fwd": [64, 16, 4, 1], "dq": [64, 32, 4, 1], "dkdv": [16, 64, 4, 1]},  # wide ratios, blocks past the sequence
+    ],
+    ids=["square-blocks", "wide-blocks"],
+)
+def test_attention_with_other_block_shapes(run_python, blocks) -> None:
+    proc = run_python(str(SUPPORT / "gems_checks.py"), "interpret", json.dumps(blocks), env=_env(), check=False)
+    cases, _ = _results(proc.stdout)
+    assert proc.returncode == 0 and len(cases) == 4 and not _failures(cases), _failures(cases) or proc.stderr[-3000:]
+
+
+def test_pack_inside_real_megatron_core(run_python) -> None:
+    """Every target applied; impls equal upstream (or float64) forward and backward; fallback said once."""
+    proc = run_python(
+        str(SUPPORT / "gems_megatron_interpret.py"),
+        env=_env(MG_FL_PREFER="flaggems", GEMS_PORT=str(29500 + os.getpid() % 400)),
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["ok"] and len(result["targets"]) == 8
