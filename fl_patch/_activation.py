@@ -41,7 +41,9 @@ _retry_finder: _RetryRegistries | None = None
 class _RetryRegistries:
     """A ``sys.meta_path`` entry that loads the start-up's missing registry modules once.
 
-    It sits before the patching finder, so the import that fires it is already
+    It fires at the first import once ``site`` has finished (imports made by
+    ``sitecustomize`` itself are still start-up). It sits before the patching
+    finder, so the import that fires it is already
     looked at with the registrations it added. It stays in ``sys.meta_path``, inert,
     until ``uninstall()``: removing an entry while the import system iterates over
     ``sys.meta_path`` would make that very import skip the entry after it (the
@@ -51,13 +53,19 @@ class _RetryRegistries:
     armed = True
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
-        if self.armed:
+        if self.armed and not _site_initializing():
             self.armed = False
             _load_retry_registries()
         return None
 
     def invalidate_caches(self) -> None:
         pass
+
+
+def _site_initializing() -> bool:
+    """Whether ``site`` (hence ``sitecustomize``, ``usercustomize``) is still running: start-up."""
+    site = sys.modules.get("site")
+    return bool(getattr(getattr(site, "__spec__", None), "_initializing", False))
 
 
 def _load_retry_registries() -> None:

@@ -162,6 +162,8 @@ def format_report(records: list[PatchRecord]) -> str:
         f"fl_patch report ({_process_label()}): {len(applied)} applied, "
         f"{len(waiting)} never triggered, {len(problems)} problem(s), {len(idle)} applied but never called"
     )
+    if not records:
+        return f"fl_patch report ({_process_label()}): no registered target was imported in this process"
     if not applied and not problems:
         return head + " (no registered target was imported in this process)"
     columns = ("status", "target", "chosen_vendor", "impl", "calls", "detail")
@@ -171,13 +173,20 @@ def format_report(records: list[PatchRecord]) -> str:
     return "\n".join(lines)
 
 
+def _vendor_known(engine: Engine) -> bool:
+    """Whether ``engine.records()`` can run without detecting the platform (importing torch)."""
+    return getattr(engine, "_vendors", None) is not None or "torch" in sys.modules
+
+
 def _report_at_exit() -> None:
     engine = _engine
     if engine is None:
         return
     try:
-        records = counted_records(engine.records())
         settings = engine.settings
+        # No patch was ever selected if the vendor was never detected (detection imports
+        # torch); asking for records would then import torch during shutdown.
+        records = counted_records(engine.records()) if _vendor_known(engine) else []
         if settings.report_file:
             _append_json(settings.report_file, records)
         else:
