@@ -279,7 +279,7 @@ def _import_owner(target: str) -> _Owner:
             spec = None
     try:
         importlib.import_module(target)  # so the engine applies (or fails) the replacement
-    except Exception:  # noqa: BLE001, S110  (its status says why)
+    except Exception:  # noqa: BLE001  (its status says why)
         pass
     return _Owner(module=module, attr_path=None, module_spec=spec)
 
