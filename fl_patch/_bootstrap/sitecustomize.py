@@ -75,8 +75,8 @@ def _fl_patch_failed(message):
 
 def _fl_patch_activate(here):
     if sys.version_info < (3, 10):
-        sys.meta_path.append(
-            _FlPatchOutOfReach("Python %d.%d is older than fl_patch needs (3.10)" % sys.version_info[:2])
+        sys.meta_path.insert(
+            0, _FlPatchOutOfReach("Python %d.%d is older than fl_patch needs (3.10)" % sys.version_info[:2])
         )
         return
     try:
@@ -84,7 +84,7 @@ def _fl_patch_activate(here):
     except ImportError as exc:
         # Not installed for this interpreter (or a dependency is not): out of reach, said
         # where it matters, at the first megatron import. Unrelated tools stay quiet.
-        sys.meta_path.append(_FlPatchOutOfReach("it cannot import fl_patch (%s: %s)" % (type(exc).__name__, exc)))
+        sys.meta_path.insert(0, _FlPatchOutOfReach("it cannot import fl_patch (%s: %s)" % (type(exc).__name__, exc)))
         return
     except Exception as exc:  # a broken fl_patch
         _fl_patch_failed("importing fl_patch failed: %s: %s" % (type(exc).__name__, exc))
