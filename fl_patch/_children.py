@@ -246,8 +246,23 @@ def _warn(cause: str, executable: str, argv: Sequence[str]) -> None:
         return
     _warned.add(key)
     shown = " ".join(argv[:6]) + (" ..." if len(argv) > 6 else "")
-    warnings.warn(
-        f"fl_patch: a child Python process will run without this process's patches: {cause}: {shown}",
-        FlPatchWarning,
-        stacklevel=3,
-    )
+    message = f"fl_patch: a child Python process will not run with this process's patches: {cause}: {shown}"
+    filename, lineno = _launching_line()
+    warnings.warn_explicit(message, FlPatchWarning, filename, lineno)
+
+
+def _launching_line() -> tuple[str, int]:
+    """The line of the program that started the child (not subprocess.py or os.py)."""
+    skip = {os.path.realpath(__file__), os.path.realpath(subprocess_file())}
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if os.path.realpath(filename) not in skip and not filename.startswith("<frozen"):
+            return filename, frame.f_lineno
+        frame = frame.f_back
+    return "<unknown>", 0
+
+
+def subprocess_file() -> str:
+    module = sys.modules.get("subprocess")
+    return getattr(module, "__file__", None) or "subprocess.py"

@@ -36,4 +36,4 @@ def emit(data: dict[str, object]) -> None:
 
 
 if __name__ == "__main__":
-    emit(probe())
+    emit(probe(sys.argv[1] if len(sys.argv) > 1 else "main"))
