@@ -214,11 +214,12 @@ def _attn_bwd_dkdv(
         diag_lo = start_n
         diag_hi = tl.minimum(start_n + BLOCK_N, SQ)
         body_lo = start_n + BLOCK_N
+        tail_lo = tl.maximum(body_lo, full_m)
     else:
         diag_lo = 0
         diag_hi = 0
         body_lo = 0
-    tail_lo = tl.maximum(body_lo, full_m)
+        tail_lo = full_m
     for g in range(GROUP):
         h = hk * GROUP + g
         bh = b * H + h

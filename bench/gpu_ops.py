@@ -1,0 +1,543 @@
+"""Per-op speed of the FlagGems pack on one GPU: ours vs torch eager (upstream's code), Liger, FlagGems.
+
+``python bench/gpu_ops.py --out ops.json --md ops.md`` (on the GPU machine; needs
+megatron-core, and flag_gems / liger_kernel where present). For each op at the
+shapes the ~1B GPT of ``shared/device/baseline.py`` uses (seq 2048, micro-batch 4,
+hidden 2048, 16 heads in 4 groups, head dim 128, FFN 5632, vocab 32000; RMSNorm also
+at baseline.py's [16384, 4096]), bf16, forward+backward is timed with
+``triton.testing.do_bench`` (median) for every implementation that has the op:
+
+- ``torch``: what upstream megatron-core 0.19.2 runs in the local spec without
+  Apex/TE (``F.rms_norm``/``F.layer_norm``; chunk+silu*mul; ``_apply_rotary_pos_emb_bshd``;
+  ``DotProductAttention.forward`` on a module upstream built; ``FusedScaleMaskSoftmax``;
+  ``vocab_parallel_cross_entropy``), eager.
+- ``ours``: the pack's default backend (``fl_patch.impls.flaggems.ops``).
+- ``flaggems``: FlagGems 5.0.2 through the pack's wrappers (``gems.py``), where it has the op.
+- ``liger``: liger-kernel, where it has the op (its own layout/semantics, noted).
+- ``torch_sdpa``: for attention, ``F.scaled_dot_product_attention`` (cuDNN/flash), a
+  reference point that is not in megatron's local spec.
+
+Memory-bound ops also get achieved bandwidth (the fewest bytes a fused fwd+bwd must
+move, over the time) against the device-to-device copy bandwidth measured in the
+same run; attention gets TFLOP/s (causal fwd+bwd = 3.5 x the forward's 2 matmuls,
+halved). GEMMs of the model: torch (cuBLAS) vs FlagGems ``mm``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+import triton
+from triton.testing import do_bench
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from fl_patch.impls.flaggems import ops
+from fl_patch.impls.flaggems._runtime import use_backend
+
+DEV = "cuda"
+BF16 = torch.bfloat16
+# The GPT's sizes (baseline.py): seq, micro-batch, hidden, query heads, kv heads, head dim, FFN, vocab.
+# ``--dry-run`` shrinks them and runs every code path once on a CPU (TRITON_INTERPRET=1).
+SEQ, MBS, HIDDEN, HQ, HKV, HEAD, FFN, VOCAB = 2048, 4, 2048, 16, 4, 128, 5632, 32000
+NORM_SHAPES = ((16384, 4096), (8192, 2048))
+DRY = False
+RESULTS: dict[str, object] = {"ops": [], "gemm": []}
+
+
+def _time(fn: Callable[[], None], grads: list[torch.Tensor]) -> float:
+    fn()
+    if DRY:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    torch.cuda.synchronize()
+    return do_bench(fn, warmup=10, rep=150, grad_to_none=grads, return_mode="median")
+
+
+def _row(
+    op: str,
+    shape: str,
+    impl: str,
+    fn: Callable[[], None],
+    grads: list[torch.Tensor],
+    *,
+    bytes_=None,
+    flops=None,
+    note="",
+):
+    entry: dict[str, object] = {"op": op, "shape": shape, "impl": impl, "note": note}
+    try:
+        ms = _time(fn, grads)
+        entry["ms"] = ms
+        if bytes_:
+            entry["TBps"] = bytes_ / (ms / 1e3) / 1e12
+        if flops:
+            entry["TFLOPs"] = flops / (ms / 1e3) / 1e12
+    except Exception as exc:  # noqa: BLE001  (one implementation failing must not stop the table)
+        entry["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        traceback.print_exc()
+    RESULTS["ops"].append(entry)
+    shown = f"{entry['ms']:.3f} ms" if "ms" in entry else entry["error"][:80]
+    print(f"  {op:14s} {impl:10s} {shown}", flush=True)
+
+
+def _fwd_bwd(forward: Callable[[], torch.Tensor], grad: torch.Tensor | None = None) -> Callable[[], None]:
+    def run() -> None:
+        out = forward()
+        if isinstance(out, tuple):
+            out = out[0]
+        if grad is None:
+            out.float().mean().backward()
+        else:
+            out.backward(grad)
+
+    return run
+
+
+def copy_bandwidth() -> float:
+    if DRY:
+        return float("nan")
+    src = torch.empty(2 * 1024**3 // 2, dtype=BF16, device=DEV).normal_()
+    dst = torch.empty_like(src)
+    ms = do_bench(lambda: dst.copy_(src), warmup=10, rep=100, return_mode="median")
+    src = dst = None
+    torch.cuda.empty_cache()
+    return 2 * 2 * 1024**3 / (ms / 1e3) / 1e12
+
+
+def _liger():
+    try:
+        import liger_kernel.ops as liger  # noqa: F401
+        from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        from liger_kernel.ops.rope import LigerRopeFunction
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+        from liger_kernel.ops.swiglu import LigerFusedGateUpSiLUMulFunction
+
+        return {
+            "rms": LigerRMSNormFunction, "ln": LigerLayerNormFunction, "swiglu": LigerFusedGateUpSiLUMulFunction,
+            "rope": LigerRopeFunction, "ce": LigerCrossEntropyFunction, "softmax": LigerSoftmaxFunction,
+        }  # fmt: skip
+    except Exception as exc:  # noqa: BLE001
+        print("liger-kernel unavailable:", exc)
+        return None
+
+
+def _has_gems() -> bool:
+    try:
+        import flag_gems  # noqa: F401
+
+        return True
+    except Exception as exc:  # noqa: BLE001
+        print("flag_gems unavailable:", exc)
+        return False
+
+
+def bench_norms(liger, gems: bool) -> None:
+    for rows, width in NORM_SHAPES:
+        _bench_norms_at(rows, width, liger, gems)
+        torch.cuda.empty_cache()
+
+
+def _bench_norms_at(rows: int, width: int, liger, gems: bool) -> None:
+    x = torch.randn(rows, width, device=DEV, dtype=BF16, requires_grad=True)
+    w = (1 + 0.1 * torch.randn(width, device=DEV)).to(BF16).requires_grad_(True)
+    b = (0.1 * torch.randn(width, device=DEV)).to(BF16).requires_grad_(True)
+    dy = torch.randn(rows, width, device=DEV, dtype=BF16)
+    nbytes = 5 * rows * width * 2
+    shape = f"[{rows}, {width}]"
+    _row("rms_norm", shape, "torch", _fwd_bwd(lambda: F.rms_norm(x, (width,), w, 1e-5), dy), [x, w], bytes_=nbytes)
+    _row("rms_norm", shape, "ours", _fwd_bwd(lambda: ops.rms_norm(x, w, 1e-5), dy), [x, w], bytes_=nbytes)
+    if gems:
+        with use_backend("rms_norm", "flaggems"):
+            _row("rms_norm", shape, "flaggems", _fwd_bwd(lambda: ops.rms_norm(x, w, 1e-5), dy), [x, w], bytes_=nbytes)
+    if liger:
+        _row(
+            "rms_norm",
+            shape,
+            "liger",
+            _fwd_bwd(lambda: liger["rms"].apply(x, w, 1e-5, 0.0, "llama", False), dy),
+            [x, w],
+            bytes_=nbytes,
+        )
+    if (rows, width) == NORM_SHAPES[0]:
+        _row(
+            "layer_norm",
+            shape,
+            "torch",
+            _fwd_bwd(lambda: F.layer_norm(x, (width,), w, b, 1e-5), dy),
+            [x, w, b],
+            bytes_=nbytes,
+        )
+        _row(
+            "layer_norm",
+            shape,
+            "ours",
+            _fwd_bwd(lambda: ops.layer_norm(x, w, b, 1e-5), dy),
+            [x, w, b],
+            bytes_=nbytes,
+        )
+        if gems:
+            with use_backend("layer_norm", "flaggems"):
+                _row(
+                    "layer_norm",
+                    shape,
+                    "flaggems",
+                    _fwd_bwd(lambda: ops.layer_norm(x, w, b, 1e-5), dy),
+                    [x, w, b],
+                    bytes_=nbytes,
+                )
+        if liger:
+            _row(
+                "layer_norm",
+                shape,
+                "liger",
+                _fwd_bwd(lambda: liger["ln"].apply(x, w, b, 1e-5), dy),
+                [x, w, b],
+                bytes_=nbytes,
+            )
+    torch.cuda.empty_cache()
+
+
+def bench_swiglu(liger, gems: bool) -> None:
+    rows, ffn = SEQ * MBS, FFN
+    y = torch.randn(SEQ, MBS, 2 * ffn, device=DEV, dtype=BF16, requires_grad=True)
+    dy = torch.randn(SEQ, MBS, ffn, device=DEV, dtype=BF16)
+    nbytes = 8 * rows * ffn * 2
+    shape = f"[{SEQ}, {MBS}, 2x{ffn}]"
+
+    def torch_swiglu() -> torch.Tensor:
+        a, g = torch.chunk(y, 2, dim=-1)
+        return F.silu(a) * g
+
+    _row("swiglu", shape, "torch", _fwd_bwd(torch_swiglu, dy), [y], bytes_=nbytes)
+    _row("swiglu", shape, "ours", _fwd_bwd(lambda: ops.swiglu(y), dy), [y], bytes_=nbytes)
+    if gems:
+        with use_backend("swiglu", "flaggems"):
+            _row("swiglu", shape, "flaggems", _fwd_bwd(lambda: ops.swiglu(y), dy), [y], bytes_=nbytes)
+    if liger:
+        _row(
+            "swiglu",
+            shape,
+            "liger",
+            _fwd_bwd(lambda: liger["swiglu"].apply(y), dy),
+            [y],
+            bytes_=nbytes,
+            note="fused gate-up",
+        )
+    torch.cuda.empty_cache()
+
+
+def bench_rope(liger) -> None:
+    from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_bshd
+
+    s, b, hq, hkv, d = SEQ, MBS, HQ, HKV, HEAD
+    mixed = torch.randn(s, b, hkv, (hq // hkv + 2) * d, device=DEV, dtype=BF16)
+    q = mixed[..., : (hq // hkv) * d].reshape(s, b, hq, d).detach().requires_grad_(True)
+    k = mixed[..., (hq // hkv) * d : (hq // hkv + 1) * d].detach().requires_grad_(True)
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2, device=DEV, dtype=torch.float32) / d))
+    angles = torch.outer(torch.arange(s, device=DEV, dtype=torch.float32), inv)
+    freqs = torch.cat((angles, angles), -1)[:, None, None, :]
+    dq, dk = torch.randn_like(q), torch.randn_like(k)
+    nbytes = 4 * (q.numel() + k.numel()) * 2
+    shape = f"q [{s}, {b}, {hq}, {d}] + k [{hkv} heads]"
+
+    def both(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], None]:
+        def run() -> None:
+            torch.autograd.backward([fn(q), fn(k)], [dq, dk])
+
+        return run
+
+    _row("rope", shape, "torch", both(lambda t: _apply_rotary_pos_emb_bshd(t, freqs)), [q, k], bytes_=nbytes)
+    _row("rope", shape, "ours", both(lambda t: ops.rotary(t, freqs, 1.0, False)), [q, k], bytes_=nbytes)
+    if liger:
+        ql = torch.randn(b, s, hq, d, device=DEV, dtype=BF16).requires_grad_(True)
+        kl = torch.randn(b, s, hkv, d, device=DEV, dtype=BF16).requires_grad_(True)
+        cos, sin = torch.cos(freqs[:, 0, 0]).to(BF16)[None], torch.sin(freqs[:, 0, 0]).to(BF16)[None]
+        dql, dkl = torch.randn(b, hq, s, d, device=DEV, dtype=BF16), torch.randn(b, hkv, s, d, device=DEV, dtype=BF16)
+
+        def liger_rope() -> None:
+            qo, ko = liger["rope"].apply(ql.transpose(1, 2), kl.transpose(1, 2), cos, sin)
+            torch.autograd.backward([qo, ko], [dql, dkl])
+
+        _row("rope", shape, "liger", liger_rope, [ql, kl], bytes_=nbytes, note="its [b,s,h,d] layout, cos/sin given")
+    torch.cuda.empty_cache()
+
+
+def bench_attention(gems: bool) -> None:
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    s, b, hq, hkv, d = SEQ, MBS, HQ, HKV, HEAD
+    group = hq // hkv
+    mixed = torch.randn(s, b, hkv, (group + 2) * d, device=DEV, dtype=BF16, requires_grad=True)
+
+    def qkv():
+        q = mixed[..., : group * d].reshape(s, b, hq, d)
+        return q, mixed[..., group * d : (group + 1) * d], mixed[..., (group + 1) * d :]
+
+    dout = torch.randn(s, b, hq * d, device=DEV, dtype=BF16)
+    flops = 3.5 * 4 * b * hq * s * s * d * 0.5
+    shape = f"[{s}, {b}, {hq}/{hkv} heads, {d}] causal"
+    cfg = TransformerConfig(
+        num_layers=1, hidden_size=hq * d, num_attention_heads=hq, num_query_groups=hkv, bf16=True,
+        params_dtype=BF16, masked_softmax_fusion=False, attention_dropout=0.0,
+    )  # fmt: skip
+    module = DotProductAttention(cfg, 1, AttnMaskType.causal, "self").cuda()
+    _row(
+        "attention",
+        shape,
+        "torch",
+        _fwd_bwd(lambda: DotProductAttention.forward(module, *qkv(), None), dout),
+        [mixed],
+        flops=flops,
+        note="upstream DotProductAttention",
+    )
+    scale = 1.0 / math.sqrt(d)
+    _row(
+        "attention",
+        shape,
+        "ours",
+        _fwd_bwd(lambda: ops.flash_attention(*qkv(), True, scale).view(s, b, -1), dout),
+        [mixed],
+        flops=flops,
+    )
+    if gems:
+        with use_backend("attention", "flaggems"):
+            _row(
+                "attention",
+                shape,
+                "flaggems",
+                _fwd_bwd(lambda: ops.flash_attention(*qkv(), True, scale).view(s, b, -1), dout),
+                [mixed],
+                flops=flops,
+                note="incl. permute copies",
+            )
+
+    def sdpa() -> torch.Tensor:
+        q, k, v = (t.permute(1, 2, 0, 3) for t in qkv())
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
+        return out.permute(2, 0, 1, 3).reshape(s, b, -1)
+
+    _row("attention", shape, "torch_sdpa", _fwd_bwd(sdpa, dout), [mixed], flops=flops, note="not in the local spec")
+    torch.cuda.empty_cache()
+
+
+def bench_softmax(liger) -> None:
+    from megatron.core.fusions.fused_softmax import FusedScaleMaskSoftmax
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.utils import attention_mask_func
+
+    from fl_patch.impls.flaggems import softmax
+
+    shape4 = (MBS, HQ, SEQ, SEQ)
+    module = FusedScaleMaskSoftmax(False, True, AttnMaskType.causal, False, attention_mask_func, True, None)
+    x = torch.randn(shape4, device=DEV, dtype=BF16, requires_grad=True)
+    dy = torch.randn(shape4, device=DEV, dtype=BF16)
+    nbytes = 5 * x.numel() * 2
+    shape = f"[{MBS}, {HQ}, {SEQ}, {SEQ}] causal"
+    _row(
+        "softmax",
+        shape,
+        "torch",
+        _fwd_bwd(lambda: FusedScaleMaskSoftmax.forward(module, x, None), dy),
+        [x],
+        bytes_=nbytes,
+        note="upstream torch path",
+    )
+    _row(
+        "softmax",
+        shape,
+        "ours",
+        _fwd_bwd(lambda: softmax.scale_mask_softmax_forward(module, x, None), dy),
+        [x],
+        bytes_=nbytes,
+    )
+    if liger:
+        _row(
+            "softmax",
+            shape,
+            "liger",
+            _fwd_bwd(lambda: liger["softmax"].apply(x), dy),
+            [x],
+            bytes_=nbytes,
+            note="no mask, no scale",
+        )
+    torch.cuda.empty_cache()
+
+
+def bench_cross_entropy(liger, gems: bool) -> None:
+    from megatron.core.tensor_parallel.cross_entropy import vocab_parallel_cross_entropy
+
+    s, b, vocab = SEQ, MBS, VOCAB
+    x = (3 * torch.randn(s, b, vocab, device=DEV)).to(BF16).requires_grad_(True)
+    target = torch.randint(0, vocab, (s, b), device=DEV)
+    nbytes = 3 * x.numel() * 2
+    shape = f"[{s}, {b}, {vocab}]"
+    _row(
+        "cross_entropy",
+        shape,
+        "torch",
+        _fwd_bwd(lambda: vocab_parallel_cross_entropy(x, target)),
+        [x],
+        bytes_=nbytes,
+        note="upstream, TP=1",
+    )
+    _row("cross_entropy", shape, "ours", _fwd_bwd(lambda: ops.cross_entropy(x, target)), [x], bytes_=nbytes)
+    if gems:
+        with use_backend("cross_entropy", "flaggems"):
+            _row(
+                "cross_entropy",
+                shape,
+                "flaggems",
+                _fwd_bwd(lambda: ops.cross_entropy(x, target)),
+                [x],
+                bytes_=nbytes,
+                note="bf16 loss",
+            )
+    if liger:
+        x2, t2 = x.view(-1, vocab), target.view(-1)
+        _row(
+            "cross_entropy",
+            shape,
+            "liger",
+            _fwd_bwd(lambda: liger["ce"].apply(x2, t2, None, -100, 0.0, 0.0, "mean")),
+            [x],
+            bytes_=nbytes,
+            note="mean-reduced",
+        )
+    torch.cuda.empty_cache()
+
+
+def bench_gemm(gems: bool) -> None:
+    tokens, hidden = SEQ * MBS, HIDDEN
+    shapes = {
+        "qkv": (tokens, hidden, (HQ + 2 * HKV) * HEAD), "proj": (tokens, hidden, hidden),
+        "fc1": (tokens, hidden, 2 * FFN), "fc2": (tokens, FFN, hidden), "logits": (tokens, hidden, VOCAB),
+    }  # fmt: skip
+    gems_mm = None
+    if gems:
+        from flag_gems import ops as gems_ops
+
+        gems_mm = gems_ops.mm
+    for name, (m, k, n) in shapes.items():
+        a = torch.randn(m, k, device=DEV, dtype=BF16)
+        w = torch.randn(k, n, device=DEV, dtype=BF16)
+        flops = 2 * m * n * k
+        entry: dict[str, object] = {"gemm": name, "mnk": [m, n, k]}
+        if DRY:
+            torch.mm(a, w)
+            continue
+        entry["torch_TFLOPs"] = flops / (do_bench(lambda a=a, w=w: torch.mm(a, w), return_mode="median") / 1e3) / 1e12
+        if gems_mm is not None:
+            try:
+                entry["flaggems_TFLOPs"] = (
+                    flops / (do_bench(lambda a=a, w=w: gems_mm(a, w), return_mode="median") / 1e3) / 1e12
+                )
+            except Exception as exc:  # noqa: BLE001
+                entry["flaggems_error"] = repr(exc)[:200]
+        RESULTS["gemm"].append(entry)
+        print("  gemm", entry, flush=True)
+    torch.cuda.empty_cache()
+
+
+def markdown() -> str:
+    copy = RESULTS["copy_TBps"]
+    lines = [
+        f"Device: {RESULTS['device']}; copy bandwidth (read+write) measured in this run: {copy:.2f} TB/s. "
+        "bf16, forward+backward, median of do_bench.",
+        "",
+        "| op | shape | impl | fwd+bwd ms | vs torch | TB/s | % of copy | TFLOP/s | note |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    torch_ms = {(r["op"], r["shape"]): r.get("ms") for r in RESULTS["ops"] if r["impl"] == "torch"}
+    for r in RESULTS["ops"]:
+        if "ms" not in r:
+            lines.append(f"| {r['op']} | {r['shape']} | {r['impl']} | error | | | | | {r['error'][:60]} |")
+            continue
+        base = torch_ms.get((r["op"], r["shape"]))
+        speed = f"{base / r['ms']:.2f}x" if base else ""
+        tbps = f"{r['TBps']:.2f}" if "TBps" in r else ""
+        pct = f"{100 * r['TBps'] / copy:.0f}%" if "TBps" in r else ""
+        tfl = f"{r['TFLOPs']:.0f}" if "TFLOPs" in r else ""
+        lines.append(
+            f"| {r['op']} | {r['shape']} | {r['impl']} | {r['ms']:.3f} | {speed} | {tbps} | {pct} | {tfl} | {r['note']} |"
+        )
+    if RESULTS["gemm"]:
+        lines += ["", "| GEMM (bf16) | M x N x K | torch (cuBLAS) TFLOP/s | FlagGems mm TFLOP/s |", "|---|---|---|---|"]
+        for g in RESULTS["gemm"]:
+            m, n, k = g["mnk"]
+            fg = f"{g['flaggems_TFLOPs']:.0f}" if "flaggems_TFLOPs" in g else g.get("flaggems_error", "n/a")[:40]
+            lines.append(f"| {g['gemm']} | {m} x {n} x {k} | {g['torch_TFLOPs']:.0f} | {fg} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="gpu_ops.json")
+    parser.add_argument("--md", default="gpu_ops.md")
+    parser.add_argument("--skip", default="", help="comma-separated sections to skip")
+    parser.add_argument("--dry-run", action="store_true", help="tiny sizes on a CPU with TRITON_INTERPRET=1")
+    args = parser.parse_args()
+    if args.dry_run:
+        global DEV, DRY, SEQ, MBS, HIDDEN, HQ, HKV, HEAD, FFN, VOCAB, NORM_SHAPES
+        DEV, DRY = "cpu", True
+        SEQ, MBS, HIDDEN, HQ, HKV, HEAD, FFN, VOCAB = 32, 2, 64, 4, 2, 16, 48, 500
+        NORM_SHAPES = ((33, 64), (17, 48))
+    skip = set(filter(None, args.skip.split(",")))
+    t0 = time.time()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if not DRY:
+        torch.cuda.set_device(0)
+    torch.distributed.init_process_group("gloo" if DRY else "nccl", rank=0, world_size=1)
+    from megatron.core import parallel_state
+
+    parallel_state.initialize_model_parallel(1, 1)
+    RESULTS["device"] = "cpu (dry run)" if DRY else torch.cuda.get_device_name()
+    RESULTS["versions"] = {"torch": torch.__version__, "triton": triton.__version__}
+    RESULTS["copy_TBps"] = copy_bandwidth()
+    print(f"copy bandwidth {RESULTS['copy_TBps']:.2f} TB/s", flush=True)
+    liger = _liger()
+    gems = _has_gems()
+    sections = {
+        "norms": lambda: bench_norms(liger, gems), "swiglu": lambda: bench_swiglu(liger, gems),
+        "rope": lambda: bench_rope(liger), "attention": lambda: bench_attention(gems),
+        "softmax": lambda: bench_softmax(liger), "cross_entropy": lambda: bench_cross_entropy(liger, gems),
+        "gemm": lambda: bench_gemm(gems),
+    }  # fmt: skip
+    for name, section in sections.items():
+        if name in skip:
+            continue
+        print(f"[{name}] {time.time() - t0:.0f}s", flush=True)
+        try:
+            section()
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+        with open(args.out, "w") as f:
+            json.dump(RESULTS, f, indent=1)
+    table = markdown()
+    with open(args.md, "w") as f:
+        f.write(table + "\n")
+    print(table, flush=True)
+    print(f"bench done in {time.time() - t0:.0f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: op bench, end-to-end GPT step with and without the
+# FlagGems pack, then the GPU tests (ops vs torch autograd, impls vs upstream, loss
+# curves). Each stage has its own time limit so one failure or hang still leaves the
+# others' results. Results go to $OUT (at most 8 files come back):
+#   log (the caller tees stdout there), ops.json, ops.md, e2e_upstream.json,
+#   e2e_pack.json, tests.xml, curves.json
+# Run as (wheels carried in .whl, see shared/device/README.md):
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+#     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH || exit
+#   set -o pipefail; bash bench/gpu_session.sh 2>&1 | tee $OUT/log
+# GEMS_STAGES (default "ops e2e tests") picks stages; GEMS_PYTEST_ARGS adds pytest args.
+set -u
+OUT=${OUT:-/tmp/gems_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export PYTHONWARNINGS="ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning"
+STAGES=${GEMS_STAGES:-ops e2e tests}
+stage() {
+  local name=$1
+  shift
+  echo "=== $name start $(date +%T)"
+  "$@"
+  echo "=== $name rc=$? end $(date +%T)"
+}
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem --format=csv
+python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())"
+for s in $STAGES; do
+  case $s in
+    ops)
+      stage ops timeout 170 python3 bench/gpu_ops.py --out "$OUT/ops.json" --md "$OUT/ops.md" ${GEMS_OPS_ARGS:-}
+      ;;
+    e2e)
+      stage e2e_upstream env FL_PATCH=0 timeout 110 python3 tests/support/gems_gpt.py --mode throughput --out "$OUT/e2e_upstream.json"
+      stage e2e_pack env MG_FL_PREFER=flaggems timeout 150 python3 tests/support/gems_gpt.py --mode throughput --out "$OUT/e2e_pack.json"
+      ;;
+    tests)
+      stage tests env GEMS_CURVE_OUT="$OUT/curves.json" timeout ${GEMS_TEST_TIMEOUT:-240} python3 -m pytest tests/test_flaggems_gpu.py \
+        -v --tb=short -rfE -p no:cacheprovider --junitxml="$OUT/tests.xml" ${GEMS_PYTEST_ARGS:-}
+      ;;
+  esac
+done
+echo "=== session done $(date +%T)"
