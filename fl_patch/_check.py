@@ -363,10 +363,10 @@ def _check_one(
         else:
             assert resolved is not None
             fit = _fits(resolved, impl)
-        if fit is None:
-            result.signature = "not applicable"
+        findings.extend(fit or [])
+        if fit is None or (result.kind in (Kind.ATTRIBUTE.value, Kind.MODULE.value) and owner.attr_path is not None):
+            result.signature = "not applicable"  # (a value, or a module bound to a name: any object will do)
         else:
-            findings.extend(fit)
             result.signature = "incompatible" if any(f.level == "error" for f in fit) else "compatible"
 
     if record is not None and record.status.is_problem and registration.vendor == record.chosen_vendor:
@@ -418,7 +418,11 @@ def _fits(resolved: Resolved, impl: object) -> list[Finding] | None:
         return [_prefix(f, "constructor: ") for f in _compare(raw, impl, receiver=False)]
     if kind in (Kind.MODULE, Kind.ATTRIBUTE):
         if kind is Kind.ATTRIBUTE and raw is not None and not isinstance(impl, type(raw)):
-            return [Finding("warning", f"the target is a {type(raw).__name__}, the impl a {type(impl).__name__}")]
+            return [
+                Finding(
+                    "warning", f"the target is of type {type(raw).__name__}, the impl of type {type(impl).__name__}"
+                )
+            ]
         return None
     descriptor = type(impl).__name__ if isinstance(impl, (staticmethod, classmethod, property)) else None
     if kind is Kind.FUNCTION:

@@ -1,0 +1,7 @@
+"""An impl module that needs a vendor SDK which is not installed here."""
+
+import act_vendor_sdk_not_installed  # noqa: F401
+
+
+def farewell(name):
+    return name
