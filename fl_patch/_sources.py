@@ -25,6 +25,7 @@ import os
 import sys
 import types
 
+from ._engine import FLAGSCALE_DECORATORS
 from ._errors import ProblemSink
 from ._registry import REGISTRY
 from .impls import PACKS
@@ -110,7 +111,11 @@ def load_flagscale_tree(problems: ProblemSink) -> str | None:
     if FLAGSCALE_REGISTRY in sys.modules:
         return FLAGSCALE_REGISTRY
     megatron = sys.modules.get("megatron")
-    search = list(getattr(megatron, "__path__", []) or [])
+    if megatron is not None:
+        search = list(getattr(megatron, "__path__", []) or [])
+    else:  # --list runs before any megatron import: ask where the namespace package would be
+        spec = importlib.machinery.PathFinder.find_spec("megatron")
+        search = list(spec.submodule_search_locations or []) if spec is not None else []
     allowed = _named_path_entries()
     trees = [p for p in search if os.path.dirname(os.path.abspath(p)) in allowed]
     if not trees:
@@ -123,4 +128,11 @@ def load_flagscale_tree(problems: ProblemSink) -> str | None:
         found = None
     if found is None:
         return None
+    # The tree's registry does ``from megatron.plugin.decorators import register``. The
+    # import hook serves fl_patch's version of that module, but --list and --check load
+    # sources without installing the hook: provide it here too, unless the tree has one.
+    if FLAGSCALE_DECORATORS not in sys.modules:
+        real = importlib.machinery.PathFinder.find_spec(FLAGSCALE_DECORATORS, locations)
+        if real is None:
+            sys.modules[FLAGSCALE_DECORATORS] = importlib.import_module("fl_patch.flagscale_compat")
     return FLAGSCALE_REGISTRY if _import_source(FLAGSCALE_REGISTRY, "FlagScale registry", problems) else None

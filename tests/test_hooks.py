@@ -220,7 +220,7 @@ def test_flagscale_decorators_module_is_served_when_no_real_one_exists(tmp_path,
         "import megatron.core.utils as u\n"
         "print(u.divide(4, 2), sorted({r.source for r in fl_patch.report()}))\n"
     )
-    env = clean_env()
+    env = clean_env(FL_PATCH_PACKS="cpu")
     env["PYTHONPATH"] = f"{tree}:{env['PYTHONPATH']}"
     out = run_python("-c", code, env=env).stdout.strip().splitlines()[-1]
     assert out == "default ['fl_patch.impls.cpu.registry', 'megatron.plugin.override_registry']"

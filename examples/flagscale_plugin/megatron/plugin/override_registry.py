@@ -13,6 +13,13 @@ register(
     impl="megatron.plugin.optimizer.optimizer._unscale_main_grads_and_check_for_nan",
 )
 
+# Needed since megatron-core 0.18: has_grad_norm_group() also reduces over the
+# grad-stats group, so a list of groups must be handled there too.
+register(
+    target="megatron.core.optimizer.optimizer.MegatronOptimizer.has_grad_norm_group",
+    impl="megatron.plugin.optimizer.optimizer.has_grad_norm_group",
+)
+
 # 2. Replacing a module-level function, with a second implementation for one vendor.
 register(
     target="megatron.core.optimizer.clip_grads.get_grad_norm_fp32",

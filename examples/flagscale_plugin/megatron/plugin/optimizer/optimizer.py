@@ -6,6 +6,11 @@ lives on.
 """
 
 import torch
+from megatron.core.optimizer.optimizer import (
+    _get_param_grad_norm_group,
+    _is_separate_grad_norm_group,
+    _validate_grad_norm_group,
+)
 
 
 def _unscale_main_grads_and_check_for_nan(self):
@@ -26,3 +31,23 @@ def _unscale_main_grads_and_check_for_nan(self):
         torch.distributed.all_reduce(self.found_inf, op=torch.distributed.ReduceOp.MAX, group=group)
 
     return self.found_inf.item() > 0
+
+
+def has_grad_norm_group(self, grad_norm_group):
+    """Whether any rank in the grad-stats group(s) owns params of ``grad_norm_group`` (cached)."""
+    _validate_grad_norm_group(grad_norm_group)
+    cache = self.__dict__.setdefault("_has_grad_norm_group_cache", {})
+    if grad_norm_group not in cache:
+        local = any(
+            _is_separate_grad_norm_group(_get_param_grad_norm_group(param))
+            and _get_param_grad_norm_group(param) == grad_norm_group
+            for param in self.get_parameters()
+        )
+        flag = torch.tensor([1 if local else 0], dtype=torch.int, device=self.found_inf.device)
+        groups = self.get_grad_stats_parallel_group()
+        if not isinstance(groups, list):
+            groups = [groups]
+        for group in groups:
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=group)
+        cache[grad_norm_group] = bool(flag.item() > 0)
+    return cache[grad_norm_group]
