@@ -227,7 +227,7 @@ def test_flagscale_decorators_module_is_served_when_no_real_one_exists(tmp_path,
     env["MG_FL_PREFER"] = "musa"
     assert run_python("-c", code, env=env).stdout.strip().splitlines()[-1].startswith("musa ")
     # A tree that is only the current directory is not a source: nothing the user named.
-    env = clean_env()
+    env = clean_env(FL_PATCH_PACKS="cpu")
     assert (
         run_python("-c", code, env=env, cwd=tree).stdout.strip().splitlines()[-1] == "2 ['fl_patch.impls.cpu.registry']"
     )
