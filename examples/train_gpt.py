@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     dp_group = parallel_state.get_data_parallel_group()
     tokens_per_step = args.micro_batch_size * args.num_microbatches * args.seq_length * dist.get_world_size() // args.tp
 
-    log = args.log_file.open("a") if (args.log_file and rank0) else None
+    log = args.log_file.open("w") if (args.log_file and rank0) else None
     progress = Progress(step, args.steps, enabled=rank0 and not args.quiet)
     if rank0 and not args.quiet:
         where = f"{dist.get_world_size()} process(es), tp={args.tp}, dp={parallel_state.get_data_parallel_world_size()}"

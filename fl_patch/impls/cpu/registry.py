@@ -1,58 +1,87 @@
-"""Every patch of the CPU pack (vendor ``cpu``). Only strings: nothing imports until needed."""
+"""Every patch of the CPU pack (vendor ``cpu``): upstream megatron-core trains on a machine with no GPU.
+
+The engine imports this module as the pack (``fl_patch.impls.PACKS``). It only calls
+``register()`` with strings: nothing is imported until a target's module loads, and on a
+machine where another vendor is chosen (a GPU) none of it applies. The ``cpu`` vendor
+is chosen where no accelerator is detected, or with ``MG_FL_PREFER=cpu``.
+
+Verified on megatron-core 0.19.2 (``_compat.VERIFIED_MEGATRON_CORE``); on another
+release the pack still applies and says so once (``FlPatchWarning``), when it is first
+used. Each impl's docstring gives Why (the upstream line that assumes CUDA), How, the
+upstream reference and when it can be dropped.
+
+Left to configuration, not patched (see ``examples/train_gpt.py``): fusions that need
+Transformer Engine or a CUDA extension (``apply_rope_fusion``,
+``gradient_accumulation_fusion``) and those compiled by ``torch.compile``
+(``bias_activation_fusion``, ``bias_dropout_fusion``...): upstream's defaults leave them off.
+"""
 
 from fl_patch import register
 
 CPU = "cpu"
-VIEW = "fl_patch.impls.cpu.torch_view.CPU_TORCH"
+_PACK = "fl_patch.impls.cpu"
 
+# -- Importing megatron.core at all: upstream's module does `import triton` unconditionally.
 register(
     target="megatron.core.transformer.moe.ops.paged_stash",
-    impl="fl_patch.impls.cpu.paged_stash_ops",
+    impl=f"{_PACK}.paged_stash_ops",
     vendor=CPU,
 )
 
-for module in (
-    "tensor_parallel.random",
-    "utils",
-    "transformer.utils",
-    "pipeline_parallel.schedules",
-    "distributed.param_and_grad_buffer",
-    "distributed.distributed_data_parallel",
-    "models.common.embeddings.rotary_pos_embedding",
-    "optimizer.optimizer",
-    "optimizer.distrib_optimizer",
-    "optimizer.clip_grads",
-    "optimizer.grad_scaler",
-    "dist_checkpointing.strategies.filesystem_async",
-    "dist_checkpointing.strategies.state_dict_saver",
+# -- The name `torch` in modules that allocate on, or synchronise with, the GPU: a CPU view
+#    of torch (torch_view.py), one documented object per module (torch_names.py).
+for module, view in (
+    ("tensor_parallel.random", "TENSOR_PARALLEL_RANDOM"),
+    ("utils", "UTILS"),
+    ("transformer.utils", "TRANSFORMER_UTILS"),
+    ("pipeline_parallel.schedules", "SCHEDULES"),
+    ("distributed.param_and_grad_buffer", "PARAM_AND_GRAD_BUFFER"),
+    ("models.common.embeddings.rotary_pos_embedding", "ROTARY_POS_EMBEDDING"),
+    ("optimizer.optimizer", "OPTIMIZER"),
+    ("optimizer.clip_grads", "CLIP_GRADS"),
+    ("optimizer.grad_scaler", "GRAD_SCALER"),
+    ("dist_checkpointing.strategies.filesystem_async", "FILESYSTEM_ASYNC"),
+    ("dist_checkpointing.strategies.state_dict_saver", "STATE_DICT_SAVER"),
 ):
-    register(target=f"megatron.core.{module}.torch", impl=VIEW, vendor=CPU)
+    register(target=f"megatron.core.{module}.torch", impl=f"{_PACK}.torch_names.{view}", vendor=CPU)
 
-register("megatron.core.tensor_parallel.random._get_cuda_rng_state", "fl_patch.impls.cpu.rng.get_cuda_rng_state", CPU)
-register("megatron.core.tensor_parallel.random._set_cuda_rng_state", "fl_patch.impls.cpu.rng.set_cuda_rng_state", CPU)
-register("megatron.core.tensor_parallel.random.CudaRNGStatesTracker.fork", "fl_patch.impls.cpu.rng.fork", CPU)
+# -- The RNG tracker: setting the "CUDA" RNG state must really set the CPU generator's.
 register(
-    "megatron.core.fusions.fused_softmax.FusedScaleMaskSoftmax.is_kernel_available",
-    "fl_patch.impls.cpu.fusions.fused_softmax_kernel_available",
-    CPU,
+    target="megatron.core.tensor_parallel.random._set_cuda_rng_state",
+    impl=f"{_PACK}.rng.set_cuda_rng_state",
+    vendor=CPU,
 )
 register(
-    "megatron.core.optimizer.clip_grads.clip_grad_by_total_norm_fp32",
-    "fl_patch.impls.cpu.optimizer.clip_grad_by_total_norm_fp32",
-    CPU,
+    target="megatron.core.tensor_parallel.random.CudaRNGStatesTracker.fork",
+    impl=f"{_PACK}.rng.fork",
+    vendor=CPU,
+)
+
+# -- Optimizers that recognise tensors by their CUDA type name, or move state with .cuda().
+register(
+    target="megatron.core.optimizer.optimizer.Float16OptimizerWithFloat16Params.__init__",
+    impl=f"{_PACK}.optimizer.float16_optimizer_init",
+    vendor=CPU,
 )
 register(
-    "megatron.core.optimizer.optimizer.Float16OptimizerWithFloat16Params.__init__",
-    "fl_patch.impls.cpu.optimizer.float16_optimizer_init",
-    CPU,
+    target="megatron.core.optimizer.distrib_optimizer.DistributedOptimizer.__init__",
+    impl=f"{_PACK}.optimizer.distributed_optimizer_init",
+    vendor=CPU,
 )
 register(
-    "megatron.core.optimizer.distrib_optimizer.DistributedOptimizer.__init__",
-    "fl_patch.impls.cpu.optimizer.distributed_optimizer_init",
-    CPU,
+    target="megatron.core.optimizer.clip_grads.clip_grad_by_total_norm_fp32",
+    impl=f"{_PACK}.optimizer.clip_grad_by_total_norm_fp32",
+    vendor=CPU,
 )
 register(
-    "megatron.core.optimizer.grad_scaler.DynamicGradScaler.load_state_dict",
-    "fl_patch.impls.cpu.optimizer.dynamic_grad_scaler_load_state_dict",
-    CPU,
+    target="megatron.core.optimizer.grad_scaler.DynamicGradScaler.load_state_dict",
+    impl=f"{_PACK}.optimizer.dynamic_grad_scaler_load_state_dict",
+    vendor=CPU,
+)
+
+# -- A fused CUDA kernel chosen from shapes alone (masked_softmax_fusion=True with fp16/bf16).
+register(
+    target="megatron.core.fusions.fused_softmax.FusedScaleMaskSoftmax.is_kernel_available",
+    impl=f"{_PACK}.fusions.fused_softmax_kernel_available",
+    vendor=CPU,
 )

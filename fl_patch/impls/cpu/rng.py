@@ -1,9 +1,10 @@
 """The "CUDA" RNG of ``megatron.core.tensor_parallel.random`` on the CPU.
 
 On a CPU the generator that dropout (and every other op) draws from is the CPU default
-generator, so megatron's "CUDA RNG state" *is* that generator's state. These impls get
-and set it for real. Upstream's versions either raise on a CPU-only torch or, worse,
-do nothing without saying so: the RNG tracker then never switches state, dropout draws
+generator, so megatron's "CUDA RNG state" *is* that generator's state. Reading and
+seeding it goes through the module's CPU view of torch (``torch_names.TENSOR_PARALLEL_RANDOM``);
+setting it needs the function below, because upstream's version does nothing, without
+saying so, on a CPU-only torch: the RNG tracker then never switches state, dropout draws
 from the wrong stream, and the loss changes (activation recompute stops reproducing the
 forward pass's dropout masks, tensor-parallel ranks stop agreeing where they should).
 
@@ -20,7 +21,7 @@ from megatron.core.tensor_parallel import random as tp_random
 
 from ._compat import warn_if_unverified
 
-__all__ = ["fork", "get_cuda_rng_state", "set_cuda_rng_state"]
+__all__ = ["fork", "set_cuda_rng_state"]
 
 warn_if_unverified()
 
@@ -28,28 +29,6 @@ _GRAPH_SAFE = (
     "a CUDA-graph-safe RNG state (use_cudagraphable_rng, CUDA graphs) needs a CUDA generator; "
     "the CPU generator cannot provide one: leave CUDA graphs off on a CPU"
 )
-
-
-def get_cuda_rng_state(
-    device: int | str | torch.device = "cuda", clone: bool = False, graph_safe: bool = False
-) -> torch.Tensor:
-    """Patch for ``tensor_parallel.random._get_cuda_rng_state``.
-
-    Why: upstream (``random.py``, ``_get_cuda_rng_state``) returns
-    ``torch.cuda.random.get_rng_state(device=device)``, which on a CPU-only torch raises;
-    it is called on every RNG-tracker fork and by activation recompute
-    (``CheckpointFunction`` / ``_get_all_rng_states``).
-    How: returns the CPU default generator's state (a fresh tensor, as upstream's is).
-    The CUDA-graph-safe variant (a ``torch.Generator``) cannot exist on a CPU: it raises
-    saying so, instead of an obscure error from inside torch.
-    Upstream reference: megatron-core 0.19.2, ``megatron/core/tensor_parallel/random.py``,
-    ``_get_cuda_rng_state``.
-    Drop when: upstream gets the RNG state through a device-agnostic API
-    (``torch.get_device_module()`` / an accelerator abstraction).
-    """
-    if graph_safe:
-        raise NotImplementedError(_GRAPH_SAFE)
-    return torch.get_rng_state()
 
 
 def set_cuda_rng_state(new_state: torch.Tensor, device: int | str = -1, graph_safe: bool = False) -> None:
