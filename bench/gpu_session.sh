@@ -9,13 +9,13 @@
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH || exit
 #   set -o pipefail; bash bench/gpu_session.sh 2>&1 | tee $OUT/log
-# GEMS_STAGES (default "ops e2e tests") picks stages; GEMS_PYTEST_ARGS adds pytest args.
+# GEMS_STAGES (default "tests ops e2e") picks stages; GEMS_PYTEST_ARGS adds pytest args.
 set -u
 OUT=${OUT:-/tmp/gems_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export PYTHONWARNINGS="ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning"
-STAGES=${GEMS_STAGES:-ops e2e tests}
+STAGES=${GEMS_STAGES:-tests ops e2e}
 stage() {
   local name=$1
   shift
@@ -28,15 +28,16 @@ python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__ver
 for s in $STAGES; do
   case $s in
     ops)
-      stage ops timeout 170 python3 bench/gpu_ops.py --out "$OUT/ops.json" --md "$OUT/ops.md" ${GEMS_OPS_ARGS:-}
+      stage ops timeout 160 python3 bench/gpu_ops.py --out "$OUT/ops.json" --md "$OUT/ops.md" ${GEMS_OPS_ARGS:-}
       ;;
     e2e)
-      stage e2e_upstream env FL_PATCH=0 timeout 110 python3 tests/support/gems_gpt.py --mode throughput --out "$OUT/e2e_upstream.json"
-      stage e2e_pack env MG_FL_PREFER=flaggems timeout 150 python3 tests/support/gems_gpt.py --mode throughput --out "$OUT/e2e_pack.json"
+      stage e2e_upstream env FL_PATCH=0 timeout 70 python3 tests/support/gems_gpt.py --mode throughput --out "$OUT/e2e_upstream.json"
+      stage e2e_pack env MG_FL_PREFER=flaggems timeout 120 python3 tests/support/gems_gpt.py --mode throughput --out "$OUT/e2e_pack.json"
       ;;
     tests)
-      stage tests env GEMS_CURVE_OUT="$OUT/curves.json" timeout ${GEMS_TEST_TIMEOUT:-240} python3 -m pytest tests/test_flaggems_gpu.py \
-        -v --tb=short -rfE -p no:cacheprovider --junitxml="$OUT/tests.xml" ${GEMS_PYTEST_ARGS:-}
+      stage tests env GEMS_CURVE_OUT="$OUT/curves.json" timeout ${GEMS_TEST_TIMEOUT:-200} python3 -m pytest tests/test_flaggems_gpu.py \
+        -v --tb=short -rfE -p no:cacheprovider --junitxml="$OUT/tests.xml" \
+        -o faulthandler_timeout=100 --timeout=160 ${GEMS_PYTEST_ARGS:-}
       ;;
   esac
 done

@@ -9,10 +9,12 @@ wrong; these wrappers only call them where they are right:
   made contiguous here before the call.
 - ``layer_norm_backward``: takes ``input.shape[0]`` as the row count (3-D input gives
   wrong gradients and writes out of bounds): inputs are flattened to 2-D here.
-- ``scaled_dot_product_attention``: its backward always applies the causal mask and
-  asserts the query length is a multiple of its block; it wants [b, h, s, d]
-  contiguous tensors. Only causal self-attention with ``sq % 128 == 0`` is sent
-  (``attention_supported``); q/k/v/out are permuted (copied) each way.
+- ``scaled_dot_product_attention``: its backward always applies the causal mask,
+  asserts the query length is a multiple of its block and asserts a contiguous
+  output gradient (which autograd does not guarantee: its own autograd wrapper
+  fails on megatron's permuted gradient). Only causal self-attention with
+  ``sq % 128 == 0`` is sent (``attention_supported``); its forward and backward are
+  called from a wrapper here with [b, h, s, d] contiguous copies each way.
 - ``cross_entropy_loss``: returns the loss rounded to the input dtype (bf16 losses
   for bf16 logits); the wrapper returns it as fp32 but the rounding stays.
 
@@ -120,15 +122,31 @@ def attention_supported(sq: int, sk: int, causal: bool, head_dim: int) -> str | 
     return None
 
 
+class _Attention(torch.autograd.Function):
+    """FlagGems' attention forward/backward called directly, with the contiguous [b, h, s, d] tensors they assert."""
+
+    @staticmethod
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float) -> torch.Tensor:
+        qb, kb, vb = (t.permute(1, 2, 0, 3).contiguous() for t in (q, k, v))
+        gqa = qb.shape[1] != kb.shape[1]
+        out, lse = gems_ops.scaled_dot_product_attention_forward(qb, kb, vb, None, 0.0, causal, sm_scale, gqa)
+        ctx.save_for_backward(qb, kb, vb, out, lse)
+        ctx.causal, ctx.sm_scale, ctx.gqa = causal, sm_scale, gqa
+        return out.permute(2, 0, 1, 3).contiguous()
+
+    @staticmethod
+    def backward(ctx, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None, None]:
+        qb, kb, vb, out, lse = ctx.saved_tensors
+        do = dout.permute(1, 2, 0, 3).contiguous()
+        dq, dk, dv = gems_ops.scaled_dot_product_attention_backward(
+            do, qb, kb, vb, out, lse, None, 0.0, ctx.causal, ctx.sm_scale, ctx.gqa
+        )
+        return dq.permute(2, 0, 1, 3), dk.permute(2, 0, 1, 3), dv.permute(2, 0, 1, 3), None, None
+
+
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float) -> torch.Tensor:
     """FlagGems attention for q [sq, b, hq, d], k/v [sk, b, hkv, d] (see ``attention_supported``)."""
-    qb = q.permute(1, 2, 0, 3).contiguous()
-    kb = k.permute(1, 2, 0, 3).contiguous()
-    vb = v.permute(1, 2, 0, 3).contiguous()
-    out = gems_ops.scaled_dot_product_attention(
-        qb, kb, vb, None, 0.0, causal, sm_scale, q.shape[2] != k.shape[2]
-    )  # [b, hq, sq, d]
-    return out.permute(2, 0, 1, 3).contiguous()
+    return _Attention.apply(q, k, v, causal, sm_scale)
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:

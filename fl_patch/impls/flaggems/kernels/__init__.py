@@ -17,9 +17,15 @@ Shared conventions, and why:
 
 from __future__ import annotations
 
+import functools
+import os
+from collections.abc import Callable
+
 import torch
 
-__all__ = ["num_programs_hint", "rows"]
+from .._runtime import interpreting
+
+__all__ = ["autotune_enabled", "launch", "multiprocessors", "rows"]
 
 
 def rows(tensor: torch.Tensor, width: int) -> torch.Tensor:
@@ -30,8 +36,39 @@ def rows(tensor: torch.Tensor, width: int) -> torch.Tensor:
     return flat
 
 
-def num_programs_hint(device: torch.device) -> int:
-    """How many programs keep the device busy in a persistent-style grid."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count * 4
-    return 4  # the CPU interpreter: few programs, each does more rows
+@functools.lru_cache(maxsize=8)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def multiprocessors(device: torch.device) -> int:
+    """Streaming multiprocessors of ``device`` (1 for the CPU interpreter); cached, it is asked every call."""
+    if device.type != "cuda":
+        return 1
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def autotune_enabled() -> bool:
+    """Autotune on a GPU unless ``FL_GEMS_AUTOTUNE=0`` (tests: one fixed config, far fewer compiles)."""
+    return os.environ.get("FL_GEMS_AUTOTUNE", "1") != "0" and not interpreting()
+
+
+def launch(
+    kernel: object,
+    tuned: object,
+    grid: Callable[[dict], tuple[int, ...]],
+    default: dict,
+    *args: object,
+    **kwargs: object,
+) -> dict:
+    """Run ``tuned`` (an autotuner over ``kernel``) or ``kernel`` with ``default``; returns the meta-parameters used.
+
+    ``default`` holds the constexpr meta-parameters plus ``num_warps``/``num_stages``:
+    the config of the fixed path, also the first of every autotune list.
+    """
+    if autotune_enabled():
+        tuned[grid](*args, **kwargs)
+        config = tuned.best_config
+        return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+    kernel[grid(default)](*args, **kwargs, **default)
+    return default

@@ -26,13 +26,13 @@ cores with fp32 accumulation.
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from .._runtime import interpreting
+from . import autotune_enabled
 
 __all__ = ["MAX_HEAD_DIM", "FlashAttentionFunction", "flash_attention"]
 
@@ -326,16 +326,12 @@ def _attn_bwd_dq(
 # ---------------------------------------------------------------------------------- configs
 # (BLOCK_M, BLOCK_N, num_warps, num_stages). Forward and dq need BLOCK_M % BLOCK_N == 0
 # (the causal split falls on a key-block edge), dk/dv needs BLOCK_N % BLOCK_M == 0.
-_FWD = [(128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 2), (64, 64, 4, 3)]
-_DQ = [(128, 32, 4, 3), (128, 64, 8, 2), (64, 32, 4, 3), (64, 64, 4, 2)]
-_DKDV = [(32, 128, 4, 3), (64, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 2)]
+_FWD = [(128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 4, 4)]
+_DQ = [(128, 32, 4, 3), (128, 64, 8, 2), (64, 32, 4, 3), (64, 64, 4, 2), (128, 64, 8, 3)]
+_DKDV = [(32, 128, 4, 3), (64, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 2), (64, 128, 8, 3)]
 _SMALL = {"fwd": (64, 32, 4, 2), "dq": (64, 32, 4, 2), "dkdv": (32, 64, 4, 2)}  # fp32, or head dim 256
 _INTERPRETED = {"fwd": (32, 16, 4, 1), "dq": (32, 16, 4, 1), "dkdv": (16, 32, 4, 1)}
 _KEY = ["SQ", "SK", "HEAD_DIM", "CAUSAL", "GROUP"]
-
-
-def _autotune_enabled() -> bool:
-    return os.environ.get("FL_GEMS_AUTOTUNE", "1") != "0" and not interpreting()
 
 
 def _tuned(kernel: triton.JITFunction, table: list[tuple[int, int, int, int]]) -> object:
@@ -358,7 +354,7 @@ def _fixed(kind: str, dtype: torch.dtype, head_dim: int) -> tuple[int, int, int,
 
 def _launch(kind: str, kernel: triton.JITFunction, tuned: object, grid_of, dtype, head_dim, *args, **meta) -> None:
     """Run ``kernel`` autotuned (half precision on a GPU), else with one fixed config."""
-    if _autotune_enabled() and dtype != torch.float32 and head_dim <= 128:
+    if autotune_enabled() and dtype != torch.float32 and head_dim <= 128:
         tuned[lambda m: grid_of(m["BLOCK_M"], m["BLOCK_N"])](*args, **meta)
         return
     block_m, block_n, warps, stages = _fixed(kind, dtype, head_dim)

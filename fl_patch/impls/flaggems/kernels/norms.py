@@ -7,10 +7,13 @@ wrong gradients for a non-contiguous ``dy``. Megatron's norms see [s, b, h] inpu
 
 How: forward, one program normalizes ``BLOCK_M`` rows held whole in registers
 (hidden sizes up to ``MAX_WIDTH``), and saves fp32 rstd (and mean). Backward, a
-persistent grid: each program walks a contiguous range of rows, writes dx for each
-and accumulates its share of dw (and db) in fp32 registers; the per-program
-partial sums (a few MB) are reduced by one ``sum`` on the host side. One pass over
-x and dy, one write of dx: the bytes a fused norm must move.
+persistent grid (``PPS`` programs per multiprocessor): each program strides over
+row tiles, writes dx for each and accumulates its share of dw (and db) in fp32
+registers; the per-program partial sums (a few MB) are reduced by one ``sum``
+afterwards, in a fixed order (deterministic, no atomics). One pass over x and dy,
+one write of dx: the bytes a fused norm must move. Rows per tile, warps and
+programs per multiprocessor are autotuned per width (``FL_GEMS_AUTOTUNE=0``: a
+fixed config).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import num_programs_hint, rows
+from . import launch, multiprocessors, rows
 
 __all__ = ["MAX_WIDTH", "LayerNormFunction", "RMSNormFunction", "layer_norm", "rms_norm"]
 
@@ -28,7 +31,7 @@ MAX_WIDTH = 32768
 
 
 def _tile(width: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps): about 4096 elements a program, at least one row."""
+    """(BLOCK_M, BLOCK_N, num_warps) of the fixed config: about 4096 elements a program, at least one row."""
     block_n = triton.next_power_of_2(width)
     block_m = max(1, min(64, 4096 // block_n))
     tile = block_m * block_n
@@ -36,9 +39,29 @@ def _tile(width: int) -> tuple[int, int, int]:
     return block_m, block_n, num_warps
 
 
+def _prune(configs: list, named_args: dict, **kwargs: object) -> list:
+    """Tiles of at most 16384 elements, 4 to 32 of them a thread."""
+    block_n = int(kwargs["BLOCK_N"])
+    keep = []
+    for config in configs:
+        tile = config.kwargs["BLOCK_M"] * block_n
+        per_thread = tile // (config.num_warps * 32)
+        if tile <= 16384 and 4 <= per_thread <= 32:
+            keep.append(config)
+    return keep or configs[:1]
+
+
+_FWD_CONFIGS = [triton.Config({"BLOCK_M": m}, num_warps=w) for m in (1, 2, 4, 8, 16) for w in (4, 8, 16)]
+_BWD_CONFIGS = [
+    triton.Config({"BLOCK_M": m, "PPS": p}, num_warps=w) for m in (1, 2, 4, 8) for w in (4, 8, 16) for p in (4, 8)
+]
+_KEY = ["N", "M_BUCKET"]
+_MAX_PPS = 8
+
+
 @triton.jit
 def _rms_fwd(
-    X, W, Y, RSTD, M, N, stride_x, stride_y, eps,
+    X, W, Y, RSTD, M, N, stride_x, stride_y, eps, M_BUCKET,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     rows_ = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -57,17 +80,16 @@ def _rms_fwd(
 
 @triton.jit
 def _rms_bwd(
-    X, W, DY, DX, RSTD, DW_PART, M, N, stride_x, stride_dy, stride_dx, rows_per_program,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    X, W, DY, DX, RSTD, DW_PART, M, N, stride_x, stride_dy, stride_dx, M_BUCKET,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PPS: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     cmask = cols < N
     w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
-    first = pid * rows_per_program
-    for offset in range(0, rows_per_program, BLOCK_M):
-        rows_ = first + offset + tl.arange(0, BLOCK_M)
+    for tile in range(pid, tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
+        rows_ = tile * BLOCK_M + tl.arange(0, BLOCK_M)
         rmask = rows_ < M
         mask = rmask[:, None] & cmask[None, :]
         r64 = rows_.to(tl.int64)
@@ -85,7 +107,7 @@ def _rms_bwd(
 
 @triton.jit
 def _ln_fwd(
-    X, W, B, Y, MEAN, RSTD, M, N, stride_x, stride_y, eps,
+    X, W, B, Y, MEAN, RSTD, M, N, stride_x, stride_y, eps, M_BUCKET,
     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     rows_ = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -109,8 +131,8 @@ def _ln_fwd(
 
 @triton.jit
 def _ln_bwd(
-    X, W, DY, DX, MEAN, RSTD, DW_PART, DB_PART, M, N, stride_x, stride_dy, stride_dx, rows_per_program,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    X, W, DY, DX, MEAN, RSTD, DW_PART, DB_PART, M, N, stride_x, stride_dy, stride_dx, M_BUCKET,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PPS: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
@@ -118,9 +140,8 @@ def _ln_bwd(
     w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
     db = tl.zeros([BLOCK_N], dtype=tl.float32)
-    first = pid * rows_per_program
-    for offset in range(0, rows_per_program, BLOCK_M):
-        rows_ = first + offset + tl.arange(0, BLOCK_M)
+    for tile in range(pid, tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
+        rows_ = tile * BLOCK_M + tl.arange(0, BLOCK_M)
         rmask = rows_ < M
         mask = rmask[:, None] & cmask[None, :]
         r64 = rows_.to(tl.int64)
@@ -140,13 +161,28 @@ def _ln_bwd(
     tl.store(DB_PART + pid.to(tl.int64) * N + cols, db, mask=cmask)
 
 
-def _persistent_grid(m: int, block_m: int, device: torch.device) -> tuple[int, int]:
-    """(programs, rows each): rows split evenly in whole tiles over about 4 programs an SM."""
-    tiles = triton.cdiv(m, block_m)
-    programs = max(1, min(tiles, num_programs_hint(device)))
-    tiles_each = triton.cdiv(tiles, programs)
-    programs = triton.cdiv(tiles, tiles_each)
-    return programs, tiles_each * block_m
+def _bucket(m: int) -> int:
+    return triton.next_power_of_2(max(m, 1))
+
+
+def _fwd_default(width: int) -> dict:
+    block_m, _, warps = _tile(width)
+    return {"BLOCK_M": block_m, "num_warps": warps}
+
+
+def _bwd_default(width: int) -> dict:
+    block_m, _, warps = _tile(width)
+    return {"BLOCK_M": block_m, "PPS": 4, "num_warps": warps}
+
+
+def _bwd_programs(m: int, meta: dict, device: torch.device) -> int:
+    return max(1, min(triton.cdiv(m, meta["BLOCK_M"]), multiprocessors(device) * meta["PPS"]))
+
+
+_RMS_FWD = triton.autotune(_FWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})(_rms_fwd)
+_RMS_BWD = triton.autotune(_BWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})(_rms_bwd)
+_LN_FWD = triton.autotune(_FWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})(_ln_fwd)
+_LN_BWD = triton.autotune(_BWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})(_ln_bwd)
 
 
 class RMSNormFunction(torch.autograd.Function):
@@ -159,11 +195,12 @@ class RMSNormFunction(torch.autograd.Function):
         m = x2.shape[0]
         y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         rstd = torch.empty(m, dtype=torch.float32, device=x.device)
-        block_m, block_n, warps = _tile(n)
+        block_n = triton.next_power_of_2(n)
         if m > 0:
-            _rms_fwd[(triton.cdiv(m, block_m),)](
-                x2, weight, y, rstd, m, n, x2.stride(0), n, eps, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps
-            )
+            launch(
+                _rms_fwd, _RMS_FWD, lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),), _fwd_default(n),
+                x2, weight, y, rstd, m, n, x2.stride(0), n, eps, _bucket(m), BLOCK_N=block_n,
+            )  # fmt: skip
         ctx.save_for_backward(x2, weight, rstd)
         ctx.x_shape = x.shape
         return y
@@ -174,15 +211,17 @@ class RMSNormFunction(torch.autograd.Function):
         m, n = x2.shape
         dy2 = rows(dy, n)
         dx = torch.empty((m, n), dtype=x2.dtype, device=x2.device)
-        block_m, block_n, warps = _tile(n)
-        programs, rows_each = _persistent_grid(m, block_m, x2.device)
-        dw_part = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
+        device = x2.device
+        dw_part = torch.empty(
+            (max(1, min(m, multiprocessors(device) * _MAX_PPS)), n), dtype=torch.float32, device=device
+        )
         if m > 0:
-            _rms_bwd[(programs,)](
-                x2, weight, dy2, dx, rstd, dw_part, m, n, x2.stride(0), dy2.stride(0), n, rows_each,
-                BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+            meta = launch(
+                _rms_bwd, _RMS_BWD, lambda meta: (_bwd_programs(m, meta, device),), _bwd_default(n),
+                x2, weight, dy2, dx, rstd, dw_part, m, n, x2.stride(0), dy2.stride(0), n, _bucket(m),
+                BLOCK_N=triton.next_power_of_2(n),
             )  # fmt: skip
-            dw = dw_part.sum(0).to(weight.dtype)
+            dw = dw_part[: _bwd_programs(m, meta, device)].sum(0).to(weight.dtype)
         else:
             dw = torch.zeros_like(weight)
         return dx.view(ctx.x_shape), dw if ctx.needs_input_grad[1] else None, None
@@ -199,11 +238,11 @@ class LayerNormFunction(torch.autograd.Function):
         y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         mean = torch.empty(m, dtype=torch.float32, device=x.device)
         rstd = torch.empty(m, dtype=torch.float32, device=x.device)
-        block_m, block_n, warps = _tile(n)
         if m > 0:
-            _ln_fwd[(triton.cdiv(m, block_m),)](
+            launch(
+                _ln_fwd, _LN_FWD, lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),), _fwd_default(n),
                 x2, weight, bias if bias is not None else weight, y, mean, rstd, m, n, x2.stride(0), n, eps,
-                HAS_BIAS=bias is not None, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+                _bucket(m), HAS_BIAS=bias is not None, BLOCK_N=triton.next_power_of_2(n),
             )  # fmt: skip
         ctx.save_for_backward(x2, weight, mean, rstd)
         ctx.x_shape = x.shape
@@ -216,17 +255,19 @@ class LayerNormFunction(torch.autograd.Function):
         m, n = x2.shape
         dy2 = rows(dy, n)
         dx = torch.empty((m, n), dtype=x2.dtype, device=x2.device)
-        block_m, block_n, warps = _tile(n)
-        programs, rows_each = _persistent_grid(m, block_m, x2.device)
-        dw_part = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
-        db_part = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
+        device = x2.device
+        parts = max(1, min(m, multiprocessors(device) * _MAX_PPS))
+        dw_part = torch.empty((parts, n), dtype=torch.float32, device=device)
+        db_part = torch.empty((parts, n), dtype=torch.float32, device=device)
         if m > 0:
-            _ln_bwd[(programs,)](
-                x2, weight, dy2, dx, mean, rstd, dw_part, db_part, m, n, x2.stride(0), dy2.stride(0), n, rows_each,
-                BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+            meta = launch(
+                _ln_bwd, _LN_BWD, lambda meta: (_bwd_programs(m, meta, device),), _bwd_default(n),
+                x2, weight, dy2, dx, mean, rstd, dw_part, db_part, m, n, x2.stride(0), dy2.stride(0), n, _bucket(m),
+                BLOCK_N=triton.next_power_of_2(n),
             )  # fmt: skip
-            dw = dw_part.sum(0).to(weight.dtype)
-            db = db_part.sum(0).to(weight.dtype) if ctx.has_bias else None
+            used = _bwd_programs(m, meta, device)
+            dw = dw_part[:used].sum(0).to(weight.dtype)
+            db = db_part[:used].sum(0).to(weight.dtype) if ctx.has_bias else None
         else:
             dw = torch.zeros_like(weight)
             db = torch.zeros_like(weight) if ctx.has_bias else None

@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import launch
+
 __all__ = ["RotaryFunction", "rotary"]
 
 
@@ -65,6 +67,10 @@ def _rope(
         tl.store(dst + p[None, :], tl.load(src + p[None, :], mask=pmask, other=0.0), mask=pmask)
 
 
+_CONFIGS = [triton.Config({}, num_warps=w) for w in (4, 2, 8)]
+_TUNED = triton.autotune(_CONFIGS, key=["H", "D", "ROT_HALF"])(_rope)
+
+
 def _launch(t: torch.Tensor, freqs: torch.Tensor, mscale: float, interleaved: bool, backward: bool) -> torch.Tensor:
     s, b, h, d = t.shape
     if t.stride(-1) != 1:
@@ -79,11 +85,12 @@ def _launch(t: torch.Tensor, freqs: torch.Tensor, mscale: float, interleaved: bo
     block_p = triton.next_power_of_2(max(d - rot, 1))
     warps = 4 if block_h * block_r <= 2048 else 8
     if s * b > 0:
-        _rope[(s * b,)](
+        launch(
+            _rope, _TUNED, lambda meta: (s * b,), {"num_warps": warps},
             t, freqs2, out, b, h, d, rot // 2, t.stride(0), t.stride(1), t.stride(2),
             freqs2.stride(0) if freqs2.shape[0] > 1 else 0, mscale,
             BACKWARD=backward, INTERLEAVED=interleaved, BLOCK_H=block_h, BLOCK_R=block_r, BLOCK_P=block_p,
-            HAS_PASS=d > rot, num_warps=warps,
+            HAS_PASS=d > rot,
         )  # fmt: skip
     return out
 

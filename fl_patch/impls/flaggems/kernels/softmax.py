@@ -98,8 +98,9 @@ class ScaledMaskedSoftmaxFunction(torch.autograd.Function):
     ) -> torch.Tensor:
         b, h, sq, sk = x.shape
         x2 = _score_rows(x)
-        if mask is not None and mask.dtype != torch.bool:
-            mask = mask.bool()
+        if mask is not None:
+            # read as uint8: the kernel loads bytes and compares with 0 (no i1 pointers)
+            mask = (mask if mask.dtype == torch.bool else mask.bool()).view(torch.uint8)
         kind = MASK_CAUSAL if causal else MASK_TENSOR if mask is not None else MASK_NONE
         strides = _mask_strides(mask, (b, h, sq, sk))
         y = torch.empty((b, h, sq, sk), dtype=out_dtype, device=x.device)

@@ -6,8 +6,10 @@ Here forward reads the fc1 output once and writes the half-width output once;
 backward reads the fc1 output and the output gradient once and writes the
 full-width input gradient once.
 
-How: a 2-D grid (row, column block); the gate and linear halves are read at
-``col`` and ``F + col`` of the same row, so the fc1 output is used where it lies.
+How: a 2-D grid of [BLOCK_M rows, BLOCK_F columns] tiles; the gate and linear
+halves are read at ``col`` and ``F + col`` of the same row, so the fc1 output is
+used where it lies. Tile shape and warps are autotuned per width
+(``FL_GEMS_AUTOTUNE=0``: one row by up to 2048 columns).
 """
 
 from __future__ import annotations
@@ -16,52 +18,70 @@ import torch
 import triton
 import triton.language as tl
 
-from . import rows
+from . import launch, rows
 
 __all__ = ["SwiGLUFunction", "swiglu"]
 
 
-def _block(width: int) -> tuple[int, int]:
-    block = min(2048, triton.next_power_of_2(width))
-    return block, 4 if block <= 1024 else 8
+_CONFIGS = [
+    triton.Config({"BLOCK_M": m, "BLOCK_F": f}, num_warps=w)
+    for m, f, w in ((1, 2048, 8), (1, 1024, 4), (2, 1024, 4), (4, 512, 4), (4, 1024, 8), (8, 256, 4), (8, 512, 8))
+]
+_KEY = ["F", "M_BUCKET"]
+
+
+def _default(half: int) -> dict:
+    block = min(2048, triton.next_power_of_2(half))
+    return {"BLOCK_M": 1, "BLOCK_F": block, "num_warps": 4 if block <= 1024 else 8}
+
+
+def _grid(m: int, half: int):
+    return lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(half, meta["BLOCK_F"]))
 
 
 @triton.jit
 def _swiglu_fwd(
-    Y, BIAS, OUT, F, stride_y, stride_out,
-    HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
+    Y, BIAS, OUT, M, F, stride_y, stride_out, M_BUCKET,
+    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr,
 ):  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < F
-    a = tl.load(Y + row * stride_y + cols, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(Y + row * stride_y + F + cols, mask=mask, other=0.0).to(tl.float32)
+    rows_ = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    mask = (rows_ < M)[:, None] & (cols < F)[None, :]
+    src = Y + rows_[:, None] * stride_y + cols[None, :]
+    a = tl.load(src, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(src + F, mask=mask, other=0.0).to(tl.float32)
     if HAS_BIAS:
-        a += tl.load(BIAS + cols, mask=mask, other=0.0).to(tl.float32)
-        g += tl.load(BIAS + F + cols, mask=mask, other=0.0).to(tl.float32)
+        a += tl.load(BIAS + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
+        g += tl.load(BIAS + F + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
     out = a * tl.sigmoid(a) * g
-    tl.store(OUT + row * stride_out + cols, out.to(OUT.dtype.element_ty), mask=mask)
+    tl.store(OUT + rows_[:, None] * stride_out + cols[None, :], out.to(OUT.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _swiglu_bwd(
-    Y, BIAS, DOUT, DY, F, stride_y, stride_dout, stride_dy,
-    HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
+    Y, BIAS, DOUT, DY, M, F, stride_y, stride_dout, stride_dy, M_BUCKET,
+    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr,
 ):  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < F
-    a = tl.load(Y + row * stride_y + cols, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(Y + row * stride_y + F + cols, mask=mask, other=0.0).to(tl.float32)
+    rows_ = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    mask = (rows_ < M)[:, None] & (cols < F)[None, :]
+    src = Y + rows_[:, None] * stride_y + cols[None, :]
+    a = tl.load(src, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(src + F, mask=mask, other=0.0).to(tl.float32)
     if HAS_BIAS:
-        a += tl.load(BIAS + cols, mask=mask, other=0.0).to(tl.float32)
-        g += tl.load(BIAS + F + cols, mask=mask, other=0.0).to(tl.float32)
-    dout = tl.load(DOUT + row * stride_dout + cols, mask=mask, other=0.0).to(tl.float32)
+        a += tl.load(BIAS + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
+        g += tl.load(BIAS + F + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
+    dout = tl.load(DOUT + rows_[:, None] * stride_dout + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     sig = tl.sigmoid(a)
     da = dout * g * sig * (1.0 + a * (1.0 - sig))
     dg = dout * a * sig
-    tl.store(DY + row * stride_dy + cols, da.to(DY.dtype.element_ty), mask=mask)
-    tl.store(DY + row * stride_dy + F + cols, dg.to(DY.dtype.element_ty), mask=mask)
+    dst = DY + rows_[:, None] * stride_dy + cols[None, :]
+    tl.store(dst, da.to(DY.dtype.element_ty), mask=mask)
+    tl.store(dst + F, dg.to(DY.dtype.element_ty), mask=mask)
+
+
+_FWD = triton.autotune(_CONFIGS, key=_KEY)(_swiglu_fwd)
+_BWD = triton.autotune(_CONFIGS, key=_KEY)(_swiglu_bwd)
 
 
 class SwiGLUFunction(torch.autograd.Function):
@@ -74,11 +94,11 @@ class SwiGLUFunction(torch.autograd.Function):
         y2 = rows(y, width)
         m = y2.shape[0]
         out = torch.empty((*y.shape[:-1], half), dtype=y.dtype, device=y.device)
-        block, warps = _block(half)
         if m > 0 and half > 0:
-            _swiglu_fwd[(m, triton.cdiv(half, block))](
-                y2, bias if bias is not None else y2, out, half, y2.stride(0), half,
-                HAS_BIAS=bias is not None, BLOCK=block, num_warps=warps,
+            launch(
+                _swiglu_fwd, _FWD, _grid(m, half), _default(half),
+                y2, bias if bias is not None else y2, out, m, half, y2.stride(0), half, triton.next_power_of_2(m),
+                HAS_BIAS=bias is not None,
             )  # fmt: skip
         ctx.save_for_backward(y2, bias)
         ctx.y_shape = y.shape
@@ -91,11 +111,11 @@ class SwiGLUFunction(torch.autograd.Function):
         half = width // 2
         dout2 = rows(dout, half)
         dy = torch.empty((m, width), dtype=y2.dtype, device=y2.device)
-        block, warps = _block(half)
         if m > 0 and half > 0:
-            _swiglu_bwd[(m, triton.cdiv(half, block))](
-                y2, bias if bias is not None else y2, dout2, dy, half, y2.stride(0), dout2.stride(0), width,
-                HAS_BIAS=bias is not None, BLOCK=block, num_warps=warps,
+            launch(
+                _swiglu_bwd, _BWD, _grid(m, half), _default(half),
+                y2, bias if bias is not None else y2, dout2, dy, m, half, y2.stride(0), dout2.stride(0), width,
+                triton.next_power_of_2(m), HAS_BIAS=bias is not None,
             )  # fmt: skip
         dbias = dy.sum(0, dtype=torch.float32).to(bias.dtype) if bias is not None and ctx.needs_input_grad[1] else None
         return dy.view(ctx.y_shape), dbias
