@@ -88,13 +88,19 @@ def test_fp16_with_recompute_trains_and_resumes_with_identical_loss(tmp_path: Pa
 def test_tensor_and_data_parallel_over_two_ranks_match_one_process(tmp_path: Path) -> None:
     """TP=2 (plain optimizer) and DP=2 (distributed optimizer) under torchrun with gloo compute
     the same losses as one process over the same global batch (dropout off, so that only
-    the order of floating-point sums differs), and bf16 with the distributed optimizer trains."""
+    the order of floating-point sums differs); the DP=2 run's checkpoint resumes exactly;
+    bf16 with the distributed optimizer trains."""
     same = ["--dropout", "0", "--steps", "4"]
     alone, _ = train(tmp_path, "alone", *same, "--num-microbatches", "4")
     tp2, stderr = train(tmp_path, "tp2", *same, "--num-microbatches", "4", "--tp", "2", ranks=2)
     assert "2 process(es), tp=2, dp=1" in stderr
-    dp2, stderr = train(tmp_path, "dp2", *same, "--num-microbatches", "2", "--distributed-optimizer", ranks=2)
+    dp2_args = [*same, "--num-microbatches", "2", "--distributed-optimizer"]
+    checkpoints = tmp_path / "dp2-checkpoints"
+    dp2, stderr = train(tmp_path, "dp2", *dp2_args, "--save", str(checkpoints), "--save-interval", "2", ranks=2)
     assert "2 process(es), tp=1, dp=2" in stderr
+    # The distributed optimizer's state, sharded over the two ranks, resumes exactly.
+    resumed, _ = train(tmp_path, "dp2-resumed", *dp2_args, "--load", str(checkpoints / "step_000002"), ranks=2)
+    assert losses(resumed) == losses(dp2)[2:]
     assert losses(alone)[-1] < losses(alone)[0] - 0.3
     for name, run in (("tp2", tp2), ("dp2", dp2)):
         assert losses(run) == pytest.approx(losses(alone), rel=1e-5), name

@@ -154,3 +154,104 @@ def dynamic_grad_scaler_load_state_dict(self: Any, state_dict: dict[str, Any]) -
     self._scale = state_dict["scale"].to(device="cpu")
     self._growth_tracker = state_dict["growth_tracker"]
     self._hysteresis_tracker = state_dict["hysteresis_tracker"]
+
+
+# --------------------------------------------------------------------------- distributed optimizer checkpoints
+# Without Apex or Transformer Engine (always the case on a CPU: both need CUDA) the
+# distributed optimizer wraps torch's own Adam, whose per-parameter state carries "step";
+# three spots of upstream's checkpoint code get that case wrong.
+
+_DISTRIBUTED_STATE_DICT = "megatron.core.optimizer.distrib_optimizer.DistributedOptimizer.state_dict"
+_DISTRIBUTED_LOAD_STATE_DICT = "megatron.core.optimizer.distrib_optimizer.DistributedOptimizer.load_state_dict"
+_DISTRIBUTED_SET_STATES = (
+    "megatron.core.optimizer.distrib_optimizer.DistributedOptimizer._set_main_param_and_optimizer_states"
+)
+
+
+def _uses_torch_optimizer() -> bool:
+    from megatron.core.optimizer import distrib_optimizer
+
+    return not distrib_optimizer.HAVE_APEX_OR_TE
+
+
+def distributed_optimizer_state_dict(self: Any) -> dict[str, Any]:
+    """Patch for ``optimizer.distrib_optimizer.DistributedOptimizer.state_dict``.
+
+    Why: without Apex/TE, upstream (``distrib_optimizer.py``, ``state_dict``, lines 836-840)
+    reads the iteration from torch Adam's per-parameter state:
+    ``steps = list(set([s["step"].item() for s in inner_state_dict["state"].values()]));
+    assert len(steps) == 1``. Before the first step that state is empty, and loading a
+    checkpoint calls ``sharded_state_dict(..., is_loading=True)``, which calls
+    ``self.load_state_dict(self.state_dict())`` on exactly such a fresh optimizer: the
+    assertion fails and a distributed-optimizer run cannot resume.
+    How: when the torch optimizer has no state yet, upstream runs with a ``step`` of 0 for
+    each parameter present for the duration of the call (0 steps taken is the truth), then
+    the state is emptied again; otherwise upstream runs untouched.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/optimizer/distrib_optimizer.py``.
+    Drop when: upstream handles an optimizer without state (``len(steps) == 0``).
+    """
+    upstream = fl_patch.original(_DISTRIBUTED_STATE_DICT)
+    inner = self.optimizer
+    if not _uses_torch_optimizer() or len(inner.state) > 0:
+        return upstream(self)
+    params = _params_of(inner)
+    try:
+        for param in params:
+            inner.state[param] = {"step": torch.tensor(0.0)}
+        return upstream(self)
+    finally:
+        for param in params:
+            inner.state.pop(param, None)
+
+
+def distributed_optimizer_load_state_dict(self: Any, state_dict: dict[str, Any]) -> None:
+    """Patch for ``optimizer.distrib_optimizer.DistributedOptimizer.load_state_dict``.
+
+    Why: without Apex/TE, upstream (``distrib_optimizer.py``, ``load_state_dict``, lines
+    1025-1031) builds one ``step = torch.tensor(steps[0])`` and puts that same tensor object
+    into every parameter's state (``s["step"] = step``). torch's Adam increments each
+    parameter's ``step`` in place, so after a resume the shared counter grows by the number
+    of parameters per iteration, and Adam's bias correction (which depends on it) is wrong
+    from the first resumed step on: the resumed run silently trains differently.
+    How: after upstream has loaded everything, each parameter whose ``step`` is shared gets
+    its own copy of the same value.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/optimizer/distrib_optimizer.py``.
+    Drop when: upstream gives each parameter its own step tensor.
+    """
+    fl_patch.original(_DISTRIBUTED_LOAD_STATE_DICT)(self, state_dict)
+    seen: set[int] = set()
+    for state in self.optimizer.state.values():
+        step = state.get("step")
+        if isinstance(step, torch.Tensor):
+            if id(step) in seen:
+                state["step"] = step.clone()
+            seen.add(id(step))
+
+
+def distributed_optimizer_set_states(self: Any, model_param: torch.Tensor, tensors: dict[str, Any]) -> None:
+    """Patch for ``optimizer.distrib_optimizer.DistributedOptimizer._set_main_param_and_optimizer_states``.
+
+    Why: two problems in upstream (``distrib_optimizer.py``, lines 1216-1225), which copies
+    every tensor of torch Adam's per-parameter state from the loaded ``tensors``:
+
+    - ``step`` is among them, but the ``dp_reshardable`` checkpoint does not store it per
+      parameter (lines 1953-1956: a ``LocalNonpersistentObject`` of the *current* state, "handled
+      separately via param_groups"). So the copy overwrites the step that
+      ``load_state_dict`` just restored from the checkpoint's param groups with the fresh
+      optimizer's template (0): Adam's bias correction restarts and the resumed run trains
+      differently from the original.
+    - for fp32 parameters the main parameter shard is a view of the model parameter
+      (``model_param.view(-1)[start:end]``, line 467), a leaf that requires grad; the
+      ``copy_`` outside ``torch.no_grad()`` raises ("a view of a leaf Variable that requires
+      grad is being used in an in-place operation"): fp32 runs cannot load at all.
+
+    How: runs upstream under ``torch.no_grad()`` with ``step`` handed over as a non-tensor,
+    which upstream's loop skips, so the restored step stays (upstream's own
+    ``load_parameter_state_from_fs_model_space`` skips ``step`` the same way).
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/optimizer/distrib_optimizer.py``.
+    Drop when: upstream skips ``step`` here and copies under ``torch.no_grad()``.
+    """
+    if "step" in tensors:
+        tensors = {**tensors, "step": None}
+    with torch.no_grad():
+        fl_patch.original(_DISTRIBUTED_SET_STATES)(self, model_param, tensors)

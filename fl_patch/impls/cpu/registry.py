@@ -38,6 +38,7 @@ for module, view in (
     ("distributed.param_and_grad_buffer", "PARAM_AND_GRAD_BUFFER"),
     ("models.common.embeddings.rotary_pos_embedding", "ROTARY_POS_EMBEDDING"),
     ("optimizer.optimizer", "OPTIMIZER"),
+    ("optimizer.distrib_optimizer", "DISTRIB_OPTIMIZER"),
     ("optimizer.clip_grads", "CLIP_GRADS"),
     ("optimizer.grad_scaler", "GRAD_SCALER"),
     ("dist_checkpointing.strategies.filesystem_async", "FILESYSTEM_ASYNC"),
@@ -76,6 +77,23 @@ register(
 register(
     target="megatron.core.optimizer.grad_scaler.DynamicGradScaler.load_state_dict",
     impl=f"{_PACK}.optimizer.dynamic_grad_scaler_load_state_dict",
+    vendor=CPU,
+)
+
+# -- Distributed-optimizer checkpoints with torch's Adam (no Apex/TE: always so on a CPU).
+register(
+    target="megatron.core.optimizer.distrib_optimizer.DistributedOptimizer.state_dict",
+    impl=f"{_PACK}.optimizer.distributed_optimizer_state_dict",
+    vendor=CPU,
+)
+register(
+    target="megatron.core.optimizer.distrib_optimizer.DistributedOptimizer.load_state_dict",
+    impl=f"{_PACK}.optimizer.distributed_optimizer_load_state_dict",
+    vendor=CPU,
+)
+register(
+    target="megatron.core.optimizer.distrib_optimizer.DistributedOptimizer._set_main_param_and_optimizer_states",
+    impl=f"{_PACK}.optimizer.distributed_optimizer_set_states",
     vendor=CPU,
 )
 

@@ -19,6 +19,7 @@ from .torch_view import CpuTorchView
 
 __all__ = [
     "CLIP_GRADS",
+    "DISTRIB_OPTIMIZER",
     "FILESYSTEM_ASYNC",
     "GRAD_SCALER",
     "OPTIMIZER",
@@ -132,6 +133,19 @@ OPTIMIZER = _view(
     and the skipped step then run as upstream wrote them.
     Upstream reference: megatron-core 0.19.2, ``megatron/core/optimizer/optimizer.py``.
     Drop when: upstream allocates these on the parameters' device.
+    """
+)
+
+DISTRIB_OPTIMIZER = _view(
+    """Patch for ``megatron.core.optimizer.distrib_optimizer.torch``.
+
+    Why: when a checkpoint is loaded into a distributed optimizer whose torch optimizer has
+    no state yet, ``DistributedOptimizer.load_state_dict`` allocates that state with
+    ``torch.empty((numel,), dtype=dtype, device=torch.cuda.current_device())``
+    (``distrib_optimizer.py`` line 998). (Training and saving do not reach it.)
+    How: ``current_device()`` of the CPU view is the CPU device.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/optimizer/distrib_optimizer.py``.
+    Drop when: upstream allocates the state on the parameters' device.
     """
 )
 
