@@ -117,6 +117,8 @@ def exec_program(program: Sequence[str], *, in_process: bool = False) -> int:
     os.environ.update(child_environment(dict(os.environ)))
     options = interpreter_options()
     flags = _unreachable_flags(options)
+    if not sys.executable:  # an embedded interpreter: there is no python to exec
+        in_process = True
     if flags or in_process:
         if flags:
             letters = ", ".join(f"-{f}" for f in sorted(flags))
