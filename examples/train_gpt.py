@@ -11,13 +11,19 @@ On a machine without a GPU, upstream megatron-core stops at its first CUDA assum
     python examples/train_gpt.py                 # fails inside megatron-core
     python -m fl_patch examples/train_gpt.py     # trains, with fl_patch's CPU pack
 
-Two processes (tensor parallel 2, or data parallel 2 with ``--tp 1``)::
+Two processes with gloo (tensor parallel 2; without ``--tp 2``, data parallel 2)::
 
     torchrun --nproc-per-node 2 -m fl_patch examples/train_gpt.py --tp 2
+    python -m fl_patch -m torch.distributed.run --nproc-per-node 2 examples/train_gpt.py --tp 2
 
-Checkpoints: ``--save DIR`` (every ``--save-interval`` steps and at the end),
-``--load DIR`` (resume from the step saved there). ``--log-file FILE`` writes one JSON
-line per step (loss, learning rate, loss scale, whether the update was applied).
+Checkpoints: ``--save DIR`` writes ``DIR/step_NNNNNN`` every ``--save-interval`` steps
+and at the end; ``--load DIR`` resumes from the latest of them (or ``--load
+DIR/step_NNNNNN`` from that one), weights, optimizer, schedule and RNG state included.
+``--log-file FILE`` writes one JSON line per step (loss, learning rate, loss scale,
+whether the update was applied, tokens/s).
+
+Nothing here is tuned for the CPU: megatron-core's defaults already leave its fused
+kernels (Transformer Engine, Apex, ``torch.compile``) off, and this script keeps them so.
 """
 
 from __future__ import annotations

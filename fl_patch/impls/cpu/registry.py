@@ -18,6 +18,10 @@ Transformer Engine or a CUDA extension (``apply_rope_fusion``,
 
 from fl_patch import register
 
+from ._compat import VERIFIED_MEGATRON_CORE
+
+__all__ = ["CPU", "VERIFIED_MEGATRON_CORE"]
+
 CPU = "cpu"
 _PACK = "fl_patch.impls.cpu"
 
