@@ -140,3 +140,17 @@ def test_an_interpreter_that_cannot_import_fl_patch_says_so_when_megatron_loads(
     assert "cannot import fl_patch" in loud.stderr and "megatron runs here unpatched" in loud.stderr
     strict = run(["-c", "import megatron.core"], {**env, "FL_PATCH_STRICT": "1"}, executable=base, cwd=tmp_path)
     assert strict.returncode == 1 and "ImportError: fl_patch cannot run in this process" in strict.stderr
+
+
+def test_copied_into_a_shared_directory_it_chains_without_touching_sys_path(tmp_path: Path) -> None:
+    """Copied into site-packages, say: the hidden sitecustomize can still import from that directory."""
+    shared, user = tmp_path / "shared", tmp_path / "user_site"
+    shared.mkdir()
+    user.mkdir()
+    (shared / "sitecustomize.py").write_bytes((TEMPLATE / "sitecustomize.py").read_bytes())
+    (shared / "act_shared_helper.py").write_text("VALUE = 'from the shared directory'\n")
+    (user / "sitecustomize.py").write_text("import act_shared_helper\nSEEN = act_shared_helper.VALUE\n")
+    code = "import sys, sitecustomize, fl_patch; print('OUT', sitecustomize.SEEN, fl_patch.is_installed())"
+    proc = run(["-c", code], env_with(shared, user))
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "OUT from the shared directory True" in proc.stdout

@@ -96,7 +96,14 @@ def _fl_patch_activate(here):
 
 
 def _fl_patch_chain(here):
-    """Import the ``sitecustomize`` this one hides, as Python would have without it."""
+    """Import the ``sitecustomize`` this one hides, as Python would have without it.
+
+    It is found on ``sys.path`` minus this directory and loaded under the name
+    ``sitecustomize`` (so ``import sitecustomize`` gives it afterwards); ``sys.path``
+    itself is never changed, which also keeps this file working when it is copied
+    into site-packages. An exception it raises propagates, so ``site`` reports it
+    exactly as it would have.
+    """
 
     def is_here(entry):
         try:
@@ -104,23 +111,19 @@ def _fl_patch_chain(here):
         except (OSError, ValueError, TypeError):
             return False
 
-    removed = [(index, entry) for index, entry in enumerate(sys.path) if is_here(entry)]
-    sys.path[:] = [entry for entry in sys.path if not is_here(entry)]
-    mine = sys.modules.pop("sitecustomize", None)
+    others = [entry for entry in sys.path if not is_here(entry)]
     try:
-        try:
-            __import__("sitecustomize")
-        except ImportError as exc:
-            missing = getattr(exc, "name", None)
-            if missing != "sitecustomize" and (missing is not None or "sitecustomize" not in str(exc)):
-                raise
-            if mine is not None:  # no other sitecustomize: this one stays the module of that name
-                sys.modules["sitecustomize"] = mine
-    finally:
-        # Put this directory back where it was: children that rebuild PYTHONPATH from
-        # sys.path (torch inductor's compile workers do) keep the bootstrap.
-        for index, entry in removed:
-            sys.path.insert(min(index, len(sys.path)), entry)
+        from importlib.machinery import PathFinder
+    except ImportError:  # an old Python: no chaining (it is out of reach anyway)
+        return
+    spec = PathFinder.find_spec("sitecustomize", others)
+    if spec is None or spec.loader is None:
+        return
+    from importlib.util import module_from_spec
+
+    module = module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
 
 
 def _fl_patch_bootstrap():
