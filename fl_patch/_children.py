@@ -228,8 +228,14 @@ def diagnose(executable: str, argv: Sequence[str], env: Mapping[str, str] | None
         options = _shebang_options(resolved) if resolved else None
     if options is None:
         return []  # not Python, as far as can be told
-    causes = [_FLAG_CAUSES[flag] for flag in sorted(interpreter_flags(options))]
-    if _reaches_through_pythonpath(os.environ) and not _reaches_through_pythonpath(environ):
+    flags = interpreter_flags(options)
+    via_pythonpath = _reaches_through_pythonpath(os.environ)
+    if not via_pythonpath:
+        # Activated by a sitecustomize in a site directory (the template copied into
+        # site-packages): -I and -E do not keep site from running it, -S does.
+        flags &= {"S"}
+    causes = [_FLAG_CAUSES[flag] for flag in sorted(flags)]
+    if via_pythonpath and not _reaches_through_pythonpath(environ):
         causes.append("its environment has no fl_patch bootstrap directory on PYTHONPATH")
     if env is not None:
         changed = [name for name in _SETTINGS_VARIABLES if os.environ.get(name) != env.get(name)]

@@ -123,3 +123,18 @@ def test_interpreter_flags_of_a_child_command_line(options: list[str], flags: se
     from fl_patch._children import interpreter_flags
 
     assert interpreter_flags(options) == flags
+
+
+def test_flags_matter_only_when_activation_comes_through_pythonpath(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With the bootstrap in a site directory instead, -I and -E children still run it; -S ones do not."""
+    from fl_patch import _children
+
+    monkeypatch.setattr(_children, "_bootstrap_dirs", {str(tmp_path)})
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert len(_children.diagnose(sys.executable, [sys.executable, "-I", "-E", "-S", "x.py"], None)) == 3
+    monkeypatch.setenv("PYTHONPATH", "")
+    (cause,) = _children.diagnose(sys.executable, [sys.executable, "-I", "-E", "-S", "x.py"], None)
+    assert "-S" in cause
+    assert _children.diagnose(sys.executable, [sys.executable, "-I", "x.py"], {"PATH": "/bin"}) == []
