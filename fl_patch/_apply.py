@@ -11,7 +11,6 @@ what calling the impl directly costs.
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 import types
 from dataclasses import dataclass, field
@@ -72,7 +71,7 @@ def build_replacement(resolved: Resolved, impl: object, *, create: bool = False)
     kind = resolved.kind
     raw = resolved.raw
     if kind is Kind.CLASS:
-        if not inspect.isclass(impl):
+        if not isinstance(impl, type):
             raise ImplMismatch(f"target is a class, impl is a {type(impl).__name__}")
         if impl is raw:
             raise ImplMismatch("impl is the target class itself")
@@ -94,7 +93,7 @@ def build_replacement(resolved: Resolved, impl: object, *, create: bool = False)
         return classmethod(impl)  # type: ignore[arg-type]
     if kind is Kind.PROPERTY:
         return property(impl, raw.fset, raw.fdel, raw.__doc__)  # type: ignore[attr-defined, arg-type]
-    if kind is Kind.METHOD and not isinstance(impl, types.FunctionType) and not inspect.isclass(impl):
+    if kind is Kind.METHOD and not isinstance(impl, (types.FunctionType, type)):
         return _method_adapter(impl)
     return impl
 

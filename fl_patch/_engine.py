@@ -72,6 +72,9 @@ class Engine:
         self._processed: set[str] = set()  # watched modules whose targets were handled
         self._executing: set[str] = set()  # watched module bodies running right now
         self._deferred: Callable[[], None] | None = None
+        # Targets whose impl module was still executing when their own module loaded (the
+        # impl module imports that target module at its top): retried once it has finished.
+        self._pending: list[tuple[types.ModuleType, str, tuple[str, ...], bool]] = []
         self.call_counter: Callable[[str, object], object] | None = None
         self.registry.add_listener(self._on_registered)
 
@@ -155,6 +158,8 @@ class Engine:
             return
         try:
             self._apply_targets([(module, targets)], window=modules_before, late=False)
+            if self._pending:
+                self._retry_pending()
         except FlPatchError:
             raise
         except Exception as exc:  # noqa: BLE001  (a bug here must not break the host's import)
@@ -248,6 +253,14 @@ class Engine:
                 # object. Re-import the impl module so it subclasses the current one.
                 impl = self._load_impl(registration, fresh=True)
         except Exception as exc:  # noqa: BLE001  (any failure of plugin code is reported, not raised)
+            if _impl_module_initializing(registration):
+                # The impl module is mid-import: it imported this target's module at its top
+                # (while loading the impl of another target). Its names are not all defined
+                # yet; try again once it has finished, rather than call it broken.
+                with self._lock:
+                    self._pending.append((module, target, attr_path, late))
+                state.set(Status.WAITING, "its impl module is still loading")
+                return None
             return self._fail(target, registration, Status.IMPL_FAILED, f"{type(exc).__name__}: {exc}")
         try:
             replacement = build_replacement(resolved, impl, create=registration.create)
@@ -272,6 +285,18 @@ class Engine:
             state.late = late
             state.set(Status.APPLIED, "applied after import" if late else "")
         return patch
+
+    def _retry_pending(self) -> None:
+        with self._lock:
+            ready = [p for p in self._pending if not _impl_module_initializing(self._selected(p[1]))]
+            self._pending = [p for p in self._pending if p not in ready]
+        for module, target, attr_path, late in ready:
+            patch = self._apply_one(module, target, attr_path, late)
+            if patch is not None:
+                self._rebind_aliases([patch], None)  # later than its module's load: sweep everything
+
+    def _selected(self, target: str) -> Registration | None:
+        return self._select(target).chosen
 
     def _supersede(self, state: TargetState, patch: AppliedPatch) -> None:
         # A reload or re-import patches a fresh module body: the older record for the
@@ -491,9 +516,19 @@ class Engine:
             state.late = False
         self.problems.reset()
 
-    def records(self) -> list[PatchRecord]:
+    def platform_detected(self) -> bool:
+        return self._vendors is not None
+
+    def records(self, *, detect: bool = True) -> list[PatchRecord]:
+        """One record per registration. ``detect=False``: never import torch to find the
+        platform (at interpreter exit, say); targets are then reported as waiting."""
         records: list[PatchRecord] = []
+        undetected = not detect and self._vendors is None and "torch" not in sys.modules
         for target in self.registry.targets():
+            if undetected:
+                for registration in self.registry.registrations(target):
+                    records.append(self._undetected_record(target, registration))
+                continue
             selection = self._select(target)
             state = self._states.get(target)
             chosen = selection.chosen
@@ -529,6 +564,17 @@ class Engine:
                 )
         return records
 
+    def _undetected_record(self, target: str, registration: Registration) -> PatchRecord:
+        return PatchRecord(
+            target=target,
+            method_key=registration.method_key,
+            vendor=registration.vendor,
+            impl=registration.impl_name,
+            status=Status.WAITING,
+            detail="platform not detected yet (nothing imported torch or a target module)",
+            source=registration.source,
+        )
+
     def after_fork_in_child(self) -> None:
         self._lock = threading.RLock()
         self.registry.after_fork_in_child()
@@ -545,6 +591,19 @@ class Engine:
             self._platform = None
             self._deferred = None
             self._executing.clear()
+            self._pending.clear()
+
+
+def _impl_module_initializing(registration: Registration | None) -> bool:
+    """Whether the module a string impl lives in is being imported right now."""
+    if registration is None or not isinstance(registration.impl, str):
+        return False
+    path = registration.impl.replace(":", ".").split(".")
+    for end in range(len(path), 0, -1):
+        module = sys.modules.get(".".join(path[:end]))
+        if isinstance(module, types.ModuleType):
+            return _initializing(module)
+    return False
 
 
 def _initializing(module: types.ModuleType) -> bool:

@@ -173,20 +173,14 @@ def format_report(records: list[PatchRecord]) -> str:
     return "\n".join(lines)
 
 
-def _vendor_known(engine: Engine) -> bool:
-    """Whether ``engine.records()`` can run without detecting the platform (importing torch)."""
-    return getattr(engine, "_vendors", None) is not None or "torch" in sys.modules
-
-
 def _report_at_exit() -> None:
     engine = _engine
     if engine is None:
         return
     try:
         settings = engine.settings
-        # No patch was ever selected if the vendor was never detected (detection imports
-        # torch); asking for records would then import torch during shutdown.
-        records = counted_records(engine.records()) if _vendor_known(engine) else []
+        # detect=False: never import torch during shutdown just to name the platform.
+        records = counted_records(engine.records(detect=False))
         if settings.report_file:
             _append_json(settings.report_file, records)
         else:

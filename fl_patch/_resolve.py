@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
-import inspect
 import sys
 import types
 from dataclasses import dataclass
 from enum import Enum
-
-import wrapt
 
 from ._targets import parse_impl_path
 
 __all__ = ["Kind", "Resolved", "describe", "load_impl", "owned_path", "resolve_in", "unwrap"]
 
 _MISSING = object()
+# Descriptors that are routines even where they are not callable by themselves.
+_ROUTINE_TYPES = (types.MethodDescriptorType, types.ClassMethodDescriptorType, types.WrapperDescriptorType)
 
 
 class Kind(str, Enum):
@@ -54,18 +53,18 @@ class Resolved:
     @property
     def kind(self) -> Kind:
         raw = self.raw
-        in_class = inspect.isclass(self.holder)
+        in_class = isinstance(self.holder, type)
         if isinstance(raw, staticmethod):
             return Kind.STATICMETHOD
         if isinstance(raw, classmethod):
             return Kind.CLASSMETHOD
         if isinstance(raw, property):
             return Kind.PROPERTY
-        if inspect.isclass(raw):
+        if isinstance(raw, type):
             return Kind.CLASS
         if isinstance(raw, types.ModuleType):
             return Kind.MODULE
-        if callable(raw) or inspect.isroutine(raw) or inspect.ismethoddescriptor(raw):
+        if callable(raw) or isinstance(raw, _ROUTINE_TYPES):
             return Kind.METHOD if in_class else Kind.FUNCTION
         return Kind.ATTRIBUTE
 
@@ -109,6 +108,8 @@ def resolve_in(module: types.ModuleType, attr_path: tuple[str, ...]) -> Resolved
     Raises ``AttributeError`` naming the first missing segment when one before the
     last is missing (the holder itself does not exist).
     """
+    import wrapt  # deferred: importing wrapt costs ~25 ms, paid only once something is patched
+
     try:
         holder, name, raw = wrapt.resolve_path(module, ".".join(attr_path))
     except AttributeError:

@@ -231,3 +231,22 @@ def test_flagscale_decorators_module_is_served_when_no_real_one_exists(tmp_path,
     assert (
         run_python("-c", code, env=env, cwd=tree).stdout.strip().splitlines()[-1] == "2 ['fl_patch.impls.cpu.registry']"
     )
+
+
+def test_an_impl_module_that_imports_another_targets_module_serves_both(engine) -> None:
+    """Loading impls (for pkg.first.f) imports pkg.second while impls is half-executed."""
+    for name in [n for n in sys.modules if n.startswith("fltest_pending")]:
+        del sys.modules[name]
+    fl_patch.register("fltest_pending.pkg.first.f", "fltest_pending.impls.f")
+    fl_patch.register("fltest_pending.pkg.second.C", "fltest_pending.impls.C2")
+    fl_patch.install()
+    import fltest_pending.pkg.first as first
+    import fltest_pending.pkg.second as second
+    from fltest_pending import impls
+
+    assert first.f() == "patched"
+    assert second.C is impls.C2 and issubclass(second.C, impls._UpstreamC)
+    assert {r.target: r.status for r in fl_patch.report()} == {
+        "fltest_pending.pkg.first.f": Status.APPLIED,
+        "fltest_pending.pkg.second.C": Status.APPLIED,
+    }

@@ -47,6 +47,6 @@ def test_unknown_preferred_vendor_is_an_error_in_strict_mode(engine, monkeypatch
     fl_patch.register("megatron.core.utils.divide", "impl.divide", vendor="musa")
     monkeypatch.setenv("MG_FL_PREFER", "kunlun")
     monkeypatch.setenv("FL_PATCH_STRICT", "1")
-    fl_patch.install()
     with pytest.raises(fl_patch.FlPatchError, match="kunlun"):
-        engine.check_preferred_vendors()
+        fl_patch.install()
+        engine.run_deferred()

@@ -15,8 +15,10 @@ import threading
 from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-from ._loaders import ImportObserver, PatchingLoader, SubstituteLoader
+if TYPE_CHECKING:
+    from ._observer import ImportObserver
 
 __all__ = ["PatchingFinder"]
 
@@ -28,7 +30,7 @@ class PatchingFinder:
 
     def _real_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None) -> ModuleSpec | None:
         for finder in list(sys.meta_path):
-            if finder is self or isinstance(finder, PatchingFinder):
+            if isinstance(finder, PatchingFinder):
                 continue
             find_spec = getattr(finder, "find_spec", None)
             if find_spec is None:
@@ -55,6 +57,10 @@ class PatchingFinder:
             busy.discard(fullname)
 
         provide = self._observer.substitute_for(fullname, spec)
+        # Imported here, not at the top: the loaders need wrapt (~25 ms to import), which a
+        # process that never imports a watched module should not pay at start-up.
+        from ._loaders import PatchingLoader, SubstituteLoader
+
         if provide is not None:
             fallback = spec.loader if spec is not None else None
             substitute = ModuleSpec(

@@ -16,27 +16,12 @@ import sys
 import types
 from collections.abc import Callable
 from importlib.machinery import ModuleSpec
-from typing import Protocol
 
 import wrapt
 
-__all__ = ["ImportObserver", "PatchingLoader", "SubstituteLoader"]
+from ._observer import ImportObserver
 
-
-class ImportObserver(Protocol):
-    """What the hook calls back into (the engine implements it)."""
-
-    def watches(self, fullname: str) -> bool: ...
-
-    def substitute_for(
-        self, fullname: str, real_spec: ModuleSpec | None
-    ) -> Callable[[], types.ModuleType | None] | None: ...
-
-    def before_exec(self, module: types.ModuleType) -> None: ...
-
-    def after_exec(self, module: types.ModuleType, modules_before: int) -> None: ...
-
-    def exec_failed(self, module: types.ModuleType) -> None: ...
+__all__ = ["PatchingLoader", "SubstituteLoader"]
 
 
 def _point_module_at(module: types.ModuleType, proxy: object, loader: object) -> None:
