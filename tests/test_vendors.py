@@ -34,11 +34,13 @@ def test_priority_list(prefer: str, platform: str, expected: tuple[str, ...]) ->
 def test_unknown_preferred_vendor_warns_once_naming_it(engine, monkeypatch) -> None:
     fl_patch.register("megatron.core.utils.divide", "impl.divide", vendor="musa")
     monkeypatch.setenv("MG_FL_PREFER", "kunlun,musa")
-    fl_patch.install()
+    # The check runs once every registration source has loaded: at install() when megatron
+    # is already imported, else at the first megatron import (run_deferred stands for it).
     with pytest.warns(
         fl_patch.FlPatchWarning, match=r"vendor 'kunlun', which no registration provides \(registered vendors: musa\)"
     ):
-        engine.check_preferred_vendors()
+        fl_patch.install()
+        engine.run_deferred()
     (record,) = fl_patch.report()
     assert record.chosen_vendor == "musa"  # the known vendor in the list still applies
 
