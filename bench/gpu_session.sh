@@ -10,18 +10,28 @@
 #     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH || exit
 #   set -o pipefail; bash bench/gpu_session.sh 2>&1 | tee $OUT/log
 # GEMS_STAGES (default "tests ops e2e") picks stages; GEMS_PYTEST_ARGS adds pytest args.
+# The GPU tests are compile-bound (each case specializes kernels anew: about 6 s a test in
+# one process), so they run in GEMS_TEST_WORKERS pytest-xdist workers (default 12).
 set -u
 OUT=${OUT:-/tmp/gems_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export PYTHONWARNINGS="ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning"
 STAGES=${GEMS_STAGES:-tests ops e2e}
+BUDGET=${GEMS_BUDGET_S:-0}  # >0: skip a stage that would not fit in what is left of this many seconds
+START=$SECONDS
 stage() {
   local name=$1
   shift
   echo "=== $name start $(date +%T)"
   "$@"
   echo "=== $name rc=$? end $(date +%T)"
+}
+fits() {  # fits SECONDS: whether a stage needing that long still fits the budget
+  [ "$BUDGET" -le 0 ] || [ $((BUDGET - (SECONDS - START))) -ge "$1" ] || {
+    echo "=== skipping $2: $((BUDGET - (SECONDS - START))) s left of GEMS_BUDGET_S=$BUDGET"
+    return 1
+  }
 }
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem --format=csv
 python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())"
@@ -31,13 +41,16 @@ for s in $STAGES; do
       stage ops timeout 160 python3 bench/gpu_ops.py --out "$OUT/ops.json" --md "$OUT/ops.md" ${GEMS_OPS_ARGS:-}
       ;;
     e2e)
-      stage e2e_upstream env FL_PATCH=0 timeout 70 python3 tests/support/gems_gpt.py --mode throughput --out "$OUT/e2e_upstream.json"
-      stage e2e_pack env MG_FL_PREFER=flaggems timeout 120 python3 tests/support/gems_gpt.py --mode throughput --out "$OUT/e2e_pack.json"
+      fits 60 e2e || continue
+      stage e2e_upstream env FL_PATCH=0 timeout 40 python3 tests/support/gems_gpt.py --mode throughput --out "$OUT/e2e_upstream.json"
+      left=120
+      [ "$BUDGET" -le 0 ] || left=$((BUDGET - (SECONDS - START)))
+      [ "$left" -gt 5 ] && stage e2e_pack env MG_FL_PREFER=flaggems timeout "$left" python3 tests/support/gems_gpt.py --mode throughput --out "$OUT/e2e_pack.json"
       ;;
     tests)
       stage tests env GEMS_CURVE_OUT="$OUT/curves.json" timeout ${GEMS_TEST_TIMEOUT:-200} python3 -m pytest tests/test_flaggems_gpu.py \
         -v --tb=short -rfE -p no:cacheprovider --junitxml="$OUT/tests.xml" \
-        -o faulthandler_timeout=100 --timeout=160 ${GEMS_PYTEST_ARGS:-}
+        -o faulthandler_timeout=100 --timeout=170 -n ${GEMS_TEST_WORKERS:-12} ${GEMS_PYTEST_ARGS:-}
       ;;
   esac
 done

@@ -27,6 +27,11 @@ import torch
 
 SUPPORT = Path(__file__).resolve().parent / "support"
 sys.path.insert(0, str(SUPPORT))
+# FlagGems keeps its tuning results in one sqlite file; one per pytest-xdist worker (no lock contention).
+os.environ.setdefault(
+    "FLAGGEMS_DB_URL",
+    f"sqlite:////tmp/flaggems_tuned_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}_{os.getpid()}.db",
+)
 
 import gems_checks  # noqa: E402
 

@@ -415,16 +415,11 @@ def gpu_cases() -> list[Case]:
 
 
 def flaggems_cases() -> list[Case]:
-    """The same kinds of case, served by the FlagGems backends (those FlagGems has)."""
+    """The same kinds of case, served by the FlagGems backends (those FlagGems has and the pack offers)."""
     cases: list[Case] = []
     for base in gpu_cases():
         if base.op in ("rms_norm", "layer_norm", "swiglu", "cross_entropy"):
             cases.append(Case(base.op, base.dtype, base.layout, base.dims, base.extra, backend="flaggems"))
-    for dtype in DTYPES:
-        cases += [
-            Case("attention", dtype, "contiguous", (256, 256, 2, 4, 2, 64), {"causal": True}, backend="flaggems"),
-            Case("attention", dtype, "qkv_slice", (384, 384, 1, 8, 2, 128), {"causal": True}, backend="flaggems"),
-        ]
     return cases
 
 

@@ -16,8 +16,9 @@ tensor, on the GPU), it runs ``ops.flash_attention`` on q/k/v where they lie
 and returns the [sq, b, np * hn] context upstream returns. Scale: upstream's
 ``softmax_scale`` times the softmax's ``scale`` (query-key layer scaling), so the
 product is the same. Anything else goes to upstream's forward, saying why once.
-Backend: this project's kernel by default; ``FL_GEMS_BACKEND=attention=flaggems``
-routes the calls FlagGems' attention gets right (causal, sq % 128 == 0) to it.
+Backend: this project's kernel only. FlagGems 5.0.2's attention is not used: its
+backward always applies the causal mask and, at the GPT's training shape, hit an
+illegal memory access on an H200 (gems.py says more).
 
 Upstream reference: megatron-core 0.19.2
 ``megatron/core/transformer/dot_product_attention.py`` (``DotProductAttention.forward``),

@@ -9,12 +9,12 @@ wrong; these wrappers only call them where they are right:
   made contiguous here before the call.
 - ``layer_norm_backward``: takes ``input.shape[0]`` as the row count (3-D input gives
   wrong gradients and writes out of bounds): inputs are flattened to 2-D here.
-- ``scaled_dot_product_attention``: its backward always applies the causal mask,
-  asserts the query length is a multiple of its block and asserts a contiguous
-  output gradient (which autograd does not guarantee: its own autograd wrapper
-  fails on megatron's permuted gradient). Only causal self-attention with
-  ``sq % 128 == 0`` is sent (``attention_supported``); its forward and backward are
-  called from a wrapper here with [b, h, s, d] contiguous copies each way.
+- ``scaled_dot_product_attention`` is not wrapped: its backward always applies the
+  causal mask, asserts the query length is a multiple of its block and a contiguous
+  output gradient (its own autograd wrapper fails on megatron's permuted gradient),
+  and, called with contiguous [b, h, s, d] copies at the GPT's training shape (GQA
+  16/4 heads, seq 2048, head dim 128, bf16), its backward's autotuning hit an
+  illegal memory access on an H200 (``bench/gpu_ops.py``, docs/gpu_pack.md).
 - ``cross_entropy_loss``: returns the loss rounded to the input dtype (bf16 losses
   for bf16 logits); the wrapper returns it as fp32 but the rounding stays.
 
@@ -22,7 +22,7 @@ How: each is a ``torch.autograd.Function`` calling FlagGems' forward and backwar
 functions directly (not ``flag_gems.enable()``, which would reroute every aten op of
 the process). Imported only when a FlagGems backend is chosen.
 Upstream reference: flag_gems 5.0.2 ``ops/rms_norm.py``, ``ops/layernorm.py``,
-``ops/attention.py``, ``fused/swiglu.py``, ``fused/cross_entropy_loss.py``.
+``fused/swiglu.py``, ``fused/cross_entropy_loss.py``.
 When to drop a wrapper: when FlagGems fixes the defect it works around.
 """
 
@@ -33,18 +33,9 @@ import torch
 from flag_gems import fused as gems_fused
 from flag_gems import ops as gems_ops
 
-__all__ = [
-    "GEMS_ATTENTION_BLOCK",
-    "attention_supported",
-    "cross_entropy",
-    "flash_attention",
-    "layer_norm",
-    "rms_norm",
-    "swiglu",
-]
+__all__ = ["cross_entropy", "layer_norm", "rms_norm", "swiglu"]
 
 GEMS_VERSION = flag_gems.__version__
-GEMS_ATTENTION_BLOCK = 128  # FlagGems' backward grid steps the query length by its largest key block
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -109,44 +100,6 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 def swiglu(y: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """FlagGems SwiGLU; a bias is added by torch first (FlagGems' kernel takes none)."""
     return _SwiGLU.apply(y if bias is None else y + bias)
-
-
-def attention_supported(sq: int, sk: int, causal: bool, head_dim: int) -> str | None:
-    """None if FlagGems' attention is right for this call, else why it is not used."""
-    if not causal:
-        return "FlagGems' attention backward always applies the causal mask"
-    if sq != sk or sq % GEMS_ATTENTION_BLOCK:
-        return f"FlagGems' attention backward needs sq == sk and sq % {GEMS_ATTENTION_BLOCK} == 0"
-    if head_dim not in (16, 32, 64, 128, 256):
-        return "FlagGems' attention needs head dim 16, 32, 64, 128 or 256"
-    return None
-
-
-class _Attention(torch.autograd.Function):
-    """FlagGems' attention forward/backward called directly, with the contiguous [b, h, s, d] tensors they assert."""
-
-    @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float) -> torch.Tensor:
-        qb, kb, vb = (t.permute(1, 2, 0, 3).contiguous() for t in (q, k, v))
-        gqa = qb.shape[1] != kb.shape[1]
-        out, lse = gems_ops.scaled_dot_product_attention_forward(qb, kb, vb, None, 0.0, causal, sm_scale, gqa)
-        ctx.save_for_backward(qb, kb, vb, out, lse)
-        ctx.causal, ctx.sm_scale, ctx.gqa = causal, sm_scale, gqa
-        return out.permute(2, 0, 1, 3).contiguous()
-
-    @staticmethod
-    def backward(ctx, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None, None]:
-        qb, kb, vb, out, lse = ctx.saved_tensors
-        do = dout.permute(1, 2, 0, 3).contiguous()
-        dq, dk, dv = gems_ops.scaled_dot_product_attention_backward(
-            do, qb, kb, vb, out, lse, None, 0.0, ctx.causal, ctx.sm_scale, ctx.gqa
-        )
-        return dq.permute(2, 0, 1, 3), dk.permute(2, 0, 1, 3), dv.permute(2, 0, 1, 3), None, None
-
-
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float) -> torch.Tensor:
-    """FlagGems attention for q [sq, b, hq, d], k/v [sk, b, hkv, d] (see ``attention_supported``)."""
-    return _Attention.apply(q, k, v, causal, sm_scale)
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:

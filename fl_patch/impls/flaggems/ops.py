@@ -56,19 +56,14 @@ def attention_reason(sq: int, sk: int, causal: bool, head_dim: int) -> str | Non
         return f"head dim {head_dim} > 256"
     if causal and sq != sk:
         return "causal attention with sq != sk"
-    if backend("attention") == "flaggems":
-        from .gems import attention_supported
-
-        return attention_supported(sq, sk, causal, head_dim)
     return None
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float) -> torch.Tensor:
-    """Attention of q [sq, b, hq, d] over k, v [sk, b, hkv, d]; [sq, b, hq, d] out."""
-    if backend("attention") == "flaggems":
-        from .gems import flash_attention as impl
-    else:
-        from .kernels.attention import flash_attention as impl
+    """Attention of q [sq, b, hq, d] over k, v [sk, b, hkv, d]; [sq, b, hq, d] out (this project's kernel:
+    FlagGems 5.0.2's attention is wrong for non-causal backward and crashed at the training shape)."""
+    from .kernels.attention import flash_attention as impl
+
     return impl(q, k, v, causal, sm_scale)
 
 
