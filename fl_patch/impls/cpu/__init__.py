@@ -1,7 +1,19 @@
 """The CPU pack: upstream megatron-core trains on a machine with no accelerator.
 
 Registered for ``vendor="cpu"``: chosen where no accelerator is detected, or with
-``MG_FL_PREFER=cpu``. ``registry.py`` lists every patch; each impl's docstring says
-why it is needed (the upstream line that assumes CUDA), how it works, and when it
-can be dropped.
+``MG_FL_PREFER=cpu``. Verified on megatron-core 0.19.2 (``_compat``); on another
+release it says so once.
+
+- ``registry.py``: every patch, as ``register()`` calls with strings (the engine imports
+  it as the pack; nothing else is imported until a target's module loads).
+- ``torch_view.py``: the CPU view of torch (real torch, with CUDA devices, streams,
+  synchronisation and the CUDA RNG mapped to the CPU), in two flavours: no CUDA device
+  (megatron-core) and one CUDA device that is the CPU (for code that insists on a GPU).
+- ``torch_names.py``: one documented view per megatron-core module whose name ``torch``
+  it replaces.
+- ``rng.py``, ``optimizer.py``, ``fusions.py``, ``paged_stash_ops.py``: function, method
+  and module patches.
+
+Each impl's docstring says why it is needed (the upstream line that assumes CUDA), how it
+works, the upstream reference, and when it can be dropped.
 """
