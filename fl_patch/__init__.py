@@ -23,11 +23,17 @@ from __future__ import annotations
 
 import sys
 
-from ._activation import ENGINE, install, is_installed, uninstall
-from ._errors import FlPatchError, FlPatchWarning
-from ._registry import Registration
-from ._report import PatchRecord, Status
-from ._targets import method_key
+# Not ``from typing import TYPE_CHECKING``: importing typing costs ~3 ms at the start-up
+# of every process that has the bootstrap on PYTHONPATH. Type checkers read this as theirs.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ._activation import install, is_installed, uninstall
+    from ._errors import FlPatchError, FlPatchWarning
+    from ._registry import Registration
+    from ._report import PatchRecord, Status
+    from ._targets import method_key
 
 __all__ = [
     "FlPatchError",
@@ -36,6 +42,7 @@ __all__ = [
     "Registration",
     "Status",
     "install",
+    "is_active",
     "is_installed",
     "method_key",
     "original",
@@ -46,19 +53,55 @@ __all__ = [
 
 __version__ = "0.1.0"
 
+# The rest of the API is imported on first use (PEP 562): the bootstrap sitecustomize
+# imports this package in every Python process, and one that never imports megatron
+# should not pay for the engine.
+_LAZY = {
+    "method_key": "._targets",
+    "FlPatchError": "._errors",
+    "FlPatchWarning": "._errors",
+    "PatchRecord": "._report",
+    "Registration": "._registry",
+    "Status": "._report",
+    "install": "._activation",
+    "is_installed": "._activation",
+    "uninstall": "._activation",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module_name, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def _active_engine() -> Any:
+    from ._activation import ENGINE
+
+    return ENGINE
+
 
 def register(target: str, impl: object, vendor: str = "default", *, create: bool = False) -> Registration:
     """Register ``impl`` to replace ``target`` when ``vendor`` is chosen.
 
     ``impl`` is a dotted path (``pkg.mod.func`` or ``pkg.mod:Cls.method``, imported
-    only once the target's module has loaded) or the object itself. ``create=True``
-    also installs it where the target does not exist (a backport, such as
-    ``typing.override`` on Python 3.11). A malformed target or impl raises
-    ``ValueError`` here; registering the same target and vendor again replaces the
-    earlier registration, with a warning.
+    only once the target's module has loaded) or the object itself. A string impl is
+    always a path, never a value. ``create=True`` also installs it where the target
+    does not exist (a backport, such as ``typing.override`` on Python 3.11). A
+    malformed target or impl raises ``ValueError`` here; registering the same target
+    and vendor again replaces the earlier registration, with a warning.
     """
     caller = sys._getframe(1)
-    return ENGINE.registry.register(
+    return _active_engine().registry.register(
         target,
         impl,
         vendor,
@@ -74,9 +117,19 @@ def original(target: str) -> object:
     For a method this is the plain function (call it with ``self``); for a
     staticmethod or classmethod, the function inside the descriptor.
     """
-    return ENGINE.original(target)
+    return _active_engine().original(target)
 
 
 def report() -> list[PatchRecord]:
     """One record per registration, with its status (applied, waiting, ...)."""
-    return ENGINE.records()
+    return _active_engine().records()
+
+
+def is_active() -> bool:
+    """Installed, or armed to install at the first megatron import (the sitecustomize way)."""
+    from ._startup import armed
+
+    if armed():
+        return True
+    activation = sys.modules.get(f"{__name__}._activation")  # never imported: never installed
+    return bool(activation is not None and activation.is_installed())

@@ -236,7 +236,7 @@ def check_activation() -> dict[str, object]:
     from ._launch import child_environment
 
     env = child_environment(dict(os.environ))
-    code = "import fl_patch, sys; sys.stdout.write('active' if fl_patch.is_installed() else 'inactive')"
+    code = "import fl_patch, sys; sys.stdout.write('active' if fl_patch.is_active() else 'inactive')"
     try:
         proc = subprocess.run(
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False

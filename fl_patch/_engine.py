@@ -70,6 +70,7 @@ class Engine:
         self._vendors: tuple[str, ...] | None = None
         self._platform: str | None = None
         self._processed: set[str] = set()  # watched modules whose targets were handled
+        self._trigger_roots: frozenset[str] = frozenset()  # FL_PATCH_TRIGGERS: watched too
         self._executing: set[str] = set()  # watched module bodies running right now
         self._deferred: Callable[[], None] | None = None
         # Targets whose impl module was still executing when their own module loaded (the
@@ -84,6 +85,7 @@ class Engine:
             self.settings = settings
             self.problems.strict = settings.strict
             self._vendors = None
+            self._trigger_roots = frozenset(name.partition(".")[0] for name in settings.triggers)
 
     def defer(self, load_sources: Callable[[], None]) -> None:
         """Run ``load_sources`` when the first megatron module starts loading."""
@@ -118,7 +120,7 @@ class Engine:
 
     # ------------------------------------------------------------------ ImportObserver
     def watches(self, fullname: str) -> bool:
-        return fullname in self.registry.watched_names or fullname in ALWAYS_WATCHED
+        return fullname in self.registry.watched_names or fullname in ALWAYS_WATCHED or fullname in self._trigger_roots
 
     def substitute_for(
         self, fullname: str, real_spec: ModuleSpec | None
@@ -150,6 +152,8 @@ class Engine:
 
     def after_exec(self, module: types.ModuleType, modules_before: int) -> None:
         name = module.__name__
+        if self._deferred is not None and name in self._trigger_roots:
+            self.run_deferred()  # activated by a package of FL_PATCH_TRIGGERS, which has now loaded
         with self._lock:
             self._executing.discard(name)
             self._processed.add(name)
@@ -182,15 +186,30 @@ class Engine:
                 batch.append((module, targets))
         self._apply_targets(batch, window=None, late=True)
 
-    def _on_registered(self, registration: Registration) -> None:
+    def _on_registered(self, registrations: list[Registration]) -> None:
+        """New registrations while installed: patch the ones whose module is loaded already.
+
+        A batch (a registry module's registrations) is applied together, so the alias
+        sweep over every loaded module runs once, not once per registration.
+        """
         if not self.installed:
             return
+        batch: dict[str, tuple[types.ModuleType, list[str]]] = {}
+        for registration in registrations:
+            owner = self._loaded_owner(registration)
+            if owner is not None:
+                batch.setdefault(owner.__name__, (owner, []))[1].append(registration.target)
+        if batch:
+            self._apply_targets(batch.values(), window=None, late=True)
+
+    def _loaded_owner(self, registration: Registration) -> types.ModuleType | None:
+        """The loaded module that owns ``registration``'s target, if it is loaded and done."""
         parts = registration.parts
         if registration.target in sys.modules and self.registry.is_target(registration.target):
             module = sys.modules[registration.target]
             if isinstance(module, types.ModuleType) and not _initializing(module):
                 self._substitute_loaded_module(registration.target, module)
-            return
+            return None
         for end in range(len(parts) - 1, 0, -1):
             name = ".".join(parts[:end])
             module = sys.modules.get(name)
@@ -198,11 +217,12 @@ class Engine:
                 continue
             with self._lock:
                 if name in self._executing:
-                    return  # its after_exec has not read the registry yet: it will see this one
+                    return None  # its after_exec has not read the registry yet: it will see this one
                 handled = name in self._processed or not _initializing(module)
             if handled and owned_path(module, parts) is not None:
-                self._apply_targets([(module, [registration.target])], window=None, late=True)
-            return
+                return module
+            return None
+        return None
 
     def _apply_targets(
         self, batch: Iterable[tuple[types.ModuleType, list[str]]], *, window: int | None, late: bool

@@ -69,10 +69,11 @@ class Registry:
         self._by_target: dict[str, dict[str, Registration]] = {}
         self._targets_by_module: dict[str, list[str]] = {}
         self.watched_names: frozenset[str] = frozenset()
-        self._listeners: list[Callable[[Registration], None]] = []
+        self._listeners: list[Callable[[list[Registration]], None]] = []
         self._held = threading.local()  # registrations a loading source made, not yet announced
 
-    def add_listener(self, listener: Callable[[Registration], None]) -> None:
+    def add_listener(self, listener: Callable[[list[Registration]], None]) -> None:
+        """``listener`` gets each batch of new registrations (a registry module's, at once)."""
         self._listeners.append(listener)
 
     def register(
@@ -118,9 +119,9 @@ class Registry:
     def _announce(self, registrations: list[Registration]) -> None:
         # Outside the lock: a listener may import (late application), and imports
         # must never run under our lock (another thread's import hook needs it).
-        for registration in registrations:
+        if registrations:
             for listener in list(self._listeners):
-                listener(registration)
+                listener(registrations)
 
     @contextmanager
     def atomically(self) -> Iterator[None]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 __all__ = ["ENV", "Settings"]
 
@@ -30,6 +29,7 @@ class ENV:
     BOOTSTRAP = "FL_PATCH_BOOTSTRAP"  # set by the launcher: the bootstrap dir it put on PYTHONPATH
     ENTRY_POINTS = "FL_PATCH_ENTRY_POINTS"  # "0": ignore installed entry points
     FLAGSCALE = "FL_PATCH_FLAGSCALE"  # "0": ignore a FlagScale-style plugin tree
+    TRIGGERS = "FL_PATCH_TRIGGERS"  # packages whose first import activates fl_patch, besides megatron
 
 
 _FALSE = {"0", "false", "no", "off"}
@@ -54,19 +54,60 @@ def enabled(environ: Mapping[str, str] | None = None) -> bool:
     return _flag(os.environ if environ is None else environ, ENV.ENABLED, True)
 
 
-@dataclass(frozen=True)
 class Settings:
-    enabled: bool = True
-    strict: bool = False
-    disabled_targets: frozenset[str] = frozenset()
-    registry_modules: tuple[str, ...] = ()
-    packs: tuple[str, ...] | None = None  # None: every shipped pack
-    prefer: tuple[str, ...] = ()
-    report_at_exit: bool = False
-    report_file: str | None = None
-    watch_children: bool = True
-    entry_points: bool = True
-    flagscale_tree: bool = True
+    """One consistent reading of the environment (see ``ENV``).
+
+    A plain class rather than a dataclass: this module is imported at interpreter
+    start-up, where importing ``dataclasses`` (and ``inspect`` behind it) costs ~8 ms.
+    """
+
+    __slots__ = (
+        "disabled_targets",
+        "enabled",
+        "entry_points",
+        "flagscale_tree",
+        "packs",
+        "prefer",
+        "registry_modules",
+        "report_at_exit",
+        "report_file",
+        "strict",
+        "triggers",
+        "watch_children",
+    )
+
+    def __init__(
+        self,
+        *,
+        enabled: bool = True,
+        strict: bool = False,
+        disabled_targets: frozenset[str] = frozenset(),
+        registry_modules: tuple[str, ...] = (),
+        packs: tuple[str, ...] | None = None,  # None: every shipped pack
+        prefer: tuple[str, ...] = (),
+        report_at_exit: bool = False,
+        report_file: str | None = None,
+        watch_children: bool = True,
+        entry_points: bool = True,
+        flagscale_tree: bool = True,
+        triggers: tuple[str, ...] = (),
+    ) -> None:
+        self.enabled = enabled
+        self.strict = strict
+        self.disabled_targets = disabled_targets
+        self.registry_modules = registry_modules
+        self.packs = packs
+        self.prefer = prefer
+        self.report_at_exit = report_at_exit
+        self.report_file = report_file
+        self.watch_children = watch_children
+        self.entry_points = entry_points
+        self.flagscale_tree = flagscale_tree
+        self.triggers = triggers
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in sorted(self.__slots__))
+        return f"Settings({fields})"
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -91,4 +132,5 @@ class Settings:
             watch_children=_flag(env, ENV.CHILDREN, True),
             entry_points=_flag(env, ENV.ENTRY_POINTS, True),
             flagscale_tree=_flag(env, ENV.FLAGSCALE, True),
+            triggers=_csv(env, ENV.TRIGGERS),
         )

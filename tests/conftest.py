@@ -10,6 +10,7 @@ import, at interpreter start-up, or across processes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -106,3 +107,19 @@ def megatron_core() -> object:
             sys.modules["megatron.core.transformer.moe.ops.paged_stash"] = stub
         del os.environ["FL_PATCH_PACKS"]
     return megatron.core
+
+
+@contextlib.contextmanager
+def fresh_modules(names: list[str]) -> Iterator[None]:
+    """Drop ``names`` from sys.modules for the test; put the originals back afterwards.
+
+    The parent package's attribute is restored too: ``from pkg import mod`` reads it.
+    """
+    saved = {name: sys.modules.pop(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            sys.modules[name] = module
+            parent, _, child = name.rpartition(".")
+            setattr(sys.modules[parent], child, module)

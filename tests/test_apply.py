@@ -14,6 +14,8 @@ import torch
 import fl_patch
 from fl_patch import Status
 
+from .conftest import fresh_modules
+
 PLUGIN = "fltest_plugin.impls"
 GRAD_NORM = "megatron.core.optimizer.clip_grads.get_grad_norm_fp32"
 UNSCALE = "megatron.core.optimizer.optimizer.MixedPrecisionOptimizer._unscale_main_grads_and_check_for_nan"
@@ -72,8 +74,8 @@ def test_impl_calls_through_to_the_original(plugin):
 def test_patch_at_import_time_is_not_late_and_reaches_later_importers(plugin):
     fl_patch.register(GRAD_NORM, f"{PLUGIN}.get_grad_norm_fp32")
     fl_patch.install()
-    saved = sys.modules.pop("megatron.core.optimizer.clip_grads")
-    try:
+    saved = sys.modules["megatron.core.optimizer.clip_grads"]
+    with fresh_modules(["megatron.core.optimizer.clip_grads"]):
         fresh = importlib.import_module("megatron.core.optimizer.clip_grads")
         assert fresh is not saved
         assert fresh.get_grad_norm_fp32 is plugin.get_grad_norm_fp32
@@ -86,9 +88,6 @@ def test_patch_at_import_time_is_not_late_and_reaches_later_importers(plugin):
         assert "def clip_grad_by_total_norm_fp32" in inspect.getsource(fresh)
         assert type(fresh.__loader__).__name__ == "SourceFileLoader"
         assert type(fresh.__spec__.loader).__name__ == "SourceFileLoader"
-    finally:
-        sys.modules["megatron.core.optimizer.clip_grads"] = saved
-        sys.modules["megatron.core.optimizer"].clip_grads = saved
 
 
 def test_inherited_method_patched_on_its_owner(plugin):

@@ -177,7 +177,7 @@ def test_interpreter_options_are_read_from_the_command_line(orig_argv: list[str]
 
 def test_isolated_interpreter_runs_in_process_and_says_children_are_out_of_reach(tmp_path: Path) -> None:
     program = tmp_path / "iso.py"
-    program.write_text("import sys, fl_patch\nprint('INSTALLED', fl_patch.is_installed())\nsys.exit(5)\n")
+    program.write_text("import sys, fl_patch\nprint('INSTALLED', fl_patch.is_active())\nsys.exit(5)\n")
     proc = run([sys.executable, "-I", "-m", "fl_patch", str(program)], cwd=tmp_path)
     assert proc.returncode == 5
     assert "INSTALLED True" in proc.stdout

@@ -21,6 +21,8 @@ import pytest
 import fl_patch
 from fl_patch import FlPatchError, FlPatchWarning, Status
 
+from .conftest import fresh_modules
+
 DIVIDE = "megatron.core.utils.divide"
 SCHEDULER = "megatron.core.optimizer_param_scheduler.OptimizerParamScheduler"
 
@@ -162,26 +164,20 @@ def test_strict_mode_fails_with_the_same_message(megatron_core, engine, monkeypa
 def test_strict_failure_at_import_time_fails_that_import(megatron_core, engine, monkeypatch) -> None:
     fl_patch.register("megatron.core.transformer.utils.attention_mask_func", "fltest_broken.import_error.impl")
     monkeypatch.setenv("FL_PATCH_STRICT", "1")
-    saved = sys.modules.pop("megatron.core.transformer.utils")
-    try:
+    with fresh_modules(["megatron.core.transformer.utils"]):
         fl_patch.install()
         with pytest.raises(FlPatchError, match="fltest_no_such_dependency"):
             importlib.import_module("megatron.core.transformer.utils")
         assert "megatron.core.transformer.utils" not in sys.modules
-    finally:
-        sys.modules["megatron.core.transformer.utils"] = saved
 
 
 def test_default_failure_at_import_time_keeps_the_import_working(megatron_core, engine) -> None:
     fl_patch.register("megatron.core.transformer.utils.attention_mask_func", "fltest_broken.import_error.impl")
-    saved = sys.modules.pop("megatron.core.transformer.utils")
-    try:
+    with fresh_modules(["megatron.core.transformer.utils"]):
         fl_patch.install()
         with pytest.warns(FlPatchWarning, match="attention_mask_func"):
             fresh = importlib.import_module("megatron.core.transformer.utils")
         assert fresh.attention_mask_func.__module__ == "megatron.core.transformer.utils"
-    finally:
-        sys.modules["megatron.core.transformer.utils"] = saved
 
 
 def test_registry_module_that_fails_to_import(megatron_core, engine, monkeypatch) -> None:

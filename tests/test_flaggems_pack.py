@@ -109,7 +109,7 @@ def test_pack_on_a_cpu_machine_end_to_end(run_python) -> None:
         "import json, fl_patch; fl_patch.install()\n"
         "import megatron.core, torch\n"
         "from megatron.core.models.common.embeddings import rope_utils\n"
-        "print(json.dumps({'vendors': fl_patch.ENGINE.vendors(), 'status': {r.target.rsplit('.', 1)[-1]: "
+        "print(json.dumps({'vendors': __import__('fl_patch._activation', fromlist=['ENGINE']).ENGINE.vendors(), 'status': {r.target.rsplit('.', 1)[-1]: "
         "r.status.value for r in fl_patch.report() if r.chosen_vendor == r.vendor}}))\n"
     )
     out = json.loads(run_python("-c", code, env=clean_env(MG_FL_PREFER="flaggems")).stdout.splitlines()[-1])

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import sys
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -15,7 +13,7 @@ import fl_patch
 from fl_patch import Status
 from fl_patch.hooks import PatchingFinder
 
-from .conftest import clean_env
+from .conftest import clean_env, fresh_modules
 
 
 def test_unwatched_imports_are_declined_at_once(engine) -> None:
@@ -99,19 +97,6 @@ print("RESULT" + json.dumps([clip_grads.get_grad_norm_fp32 is impls.get_grad_nor
 """
     env = clean_env(FL_PATCH_PACKS="none")
     assert _result(run_python("-c", code, env=env).stdout) == [True, True, "applied", True, "applied after import"]
-
-
-@contextlib.contextmanager
-def fresh_modules(names: list[str]) -> Iterator[None]:
-    """Drop ``names`` from sys.modules for the test; put the originals back afterwards."""
-    saved = {name: sys.modules.pop(name) for name in names}
-    try:
-        yield
-    finally:
-        for name, module in saved.items():
-            sys.modules[name] = module
-            parent, _, child = name.rpartition(".")
-            setattr(sys.modules[parent], child, module)
 
 
 LEAF_TARGETS = {

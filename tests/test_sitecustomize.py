@@ -64,12 +64,12 @@ def test_the_users_sitecustomize_is_chained_after_activation(tmp_path: Path) -> 
     user = tmp_path / "user_site"
     user.mkdir()
     (user / "sitecustomize.py").write_text(
-        "import sys\nUSER_SAW_FL_PATCH = 'fl_patch' in sys.modules and sys.modules['fl_patch'].is_installed()\n"
+        "import sys\nUSER_SAW_FL_PATCH = 'fl_patch' in sys.modules and sys.modules['fl_patch'].is_active()\n"
     )
     env = env_with(TEMPLATE, user)
     code = (
         "import json, sys, sitecustomize, fl_patch\n"
-        "print('OUT' + json.dumps([sitecustomize.__file__, sitecustomize.USER_SAW_FL_PATCH, fl_patch.is_installed(),"
+        "print('OUT' + json.dumps([sitecustomize.__file__, sitecustomize.USER_SAW_FL_PATCH, fl_patch.is_active(),"
         f" {str(TEMPLATE)!r} in sys.path]))"
     )
     proc = run(["-c", code], env)
@@ -84,7 +84,7 @@ def test_a_failing_user_sitecustomize_fails_exactly_as_without_fl_patch(tmp_path
     user = tmp_path / "user_site"
     user.mkdir()
     (user / "sitecustomize.py").write_text("raise RuntimeError('the user site is broken')\n")
-    code = "import sys; print('INSTALLED', 'fl_patch' in sys.modules and sys.modules['fl_patch'].is_installed())"
+    code = "import sys; print('INSTALLED', 'fl_patch' in sys.modules and sys.modules['fl_patch'].is_active())"
     without = run(["-c", code], env_with(user))
     with_template = run(["-c", code], env_with(TEMPLATE, user))
     assert "Error in sitecustomize" in without.stderr
@@ -100,19 +100,19 @@ def broken_registry(tmp_path: Path) -> Path:
 
 def test_a_broken_registry_is_one_warning_and_the_program_runs(broken_registry: Path) -> None:
     env = env_with(TEMPLATE, broken_registry, FL_PATCH_REGISTRY="act_broken_registry")
-    proc = run(["-c", "print('PROGRAM RAN')"], env)
+    # Registries load at the program's first import (sys.path is complete by then).
+    proc = run(["-c", "import json; print('PROGRAM RAN')"], env)
     assert proc.returncode == 0 and "PROGRAM RAN" in proc.stdout
     assert proc.stderr.count("FlPatchWarning") == 1
     assert "act_broken_registry" in proc.stderr and "vendor SDK missing" in proc.stderr
 
 
-def test_strict_mode_stops_start_up_with_the_message(broken_registry: Path) -> None:
+def test_strict_mode_stops_the_program_at_its_first_import_with_the_message(broken_registry: Path) -> None:
     env = env_with(TEMPLATE, broken_registry, FL_PATCH_REGISTRY="act_broken_registry", FL_PATCH_STRICT="1")
-    proc = run(["-c", "print('PROGRAM RAN')"], env)
+    proc = run(["-c", "import json; print('PROGRAM RAN')"], env)
     assert proc.returncode == 1 and "PROGRAM RAN" not in proc.stdout
-    assert "act_broken_registry" in proc.stderr and "vendor SDK missing" in proc.stderr
-    assert "start-up stops" in proc.stderr
-    assert "Traceback" not in proc.stderr and "Fatal Python error" not in proc.stderr
+    assert "FlPatchError: fl_patch: registry module 'act_broken_registry' failed to import" in proc.stderr
+    assert "vendor SDK missing" in proc.stderr and "Fatal Python error" not in proc.stderr
 
 
 def _interpreter_without_fl_patch(cwd: Path) -> str:
@@ -150,7 +150,7 @@ def test_copied_into_a_shared_directory_it_chains_without_touching_sys_path(tmp_
     (shared / "sitecustomize.py").write_bytes((TEMPLATE / "sitecustomize.py").read_bytes())
     (shared / "act_shared_helper.py").write_text("VALUE = 'from the shared directory'\n")
     (user / "sitecustomize.py").write_text("import act_shared_helper\nSEEN = act_shared_helper.VALUE\n")
-    code = "import sys, sitecustomize, fl_patch; print('OUT', sitecustomize.SEEN, fl_patch.is_installed())"
+    code = "import sys, sitecustomize, fl_patch; print('OUT', sitecustomize.SEEN, fl_patch.is_active())"
     proc = run(["-c", code], env_with(shared, user))
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert "OUT from the shared directory True" in proc.stdout

@@ -11,8 +11,9 @@ line; every process started with this environment (torchrun workers, multiproces
 spawn and forkserver children, subprocesses, compile workers) inherits it. This file:
 
 1. does nothing but read ``FL_PATCH`` when it is ``0``/``false``/``no``/``off``;
-2. otherwise imports ``fl_patch._startup`` and activates it (the import hook goes in,
-   registries are read; megatron, torch, entry points wait for their first use);
+2. otherwise imports ``fl_patch._startup`` and arms it: fl_patch installs itself at
+   the first import of a megatron module (or, when registry modules are named, at the
+   program's first import), so a process that never imports megatron pays a few ms;
 3. then imports the ``sitecustomize`` this one hides, if there is one (the user's, a
    distribution's), exactly as Python would have, so chaining is invisible;
 4. never breaks start-up: a failure is one warning, except with ``FL_PATCH_STRICT=1``,

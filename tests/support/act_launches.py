@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-CODE = "import sys; m = sys.modules.get('fl_patch'); print('CHILD', sys.argv[1], bool(m and m.is_installed()))"
+CODE = "import sys; m = sys.modules.get('fl_patch'); print('CHILD', sys.argv[1], bool(m and m.is_active()))"
 
 if __name__ == "__main__":
     run = subprocess.run

@@ -15,14 +15,16 @@ wrong; these wrappers only call them where they are right:
   and, called with contiguous [b, h, s, d] copies at the GPT's training shape (GQA
   16/4 heads, seq 2048, head dim 128, bf16), its backward's autotuning hit an
   illegal memory access on an H200 (``bench/gpu_ops.py``, docs/gpu_pack.md).
-- ``cross_entropy_loss``: returns the loss rounded to the input dtype (bf16 losses
-  for bf16 logits); the wrapper returns it as fp32 but the rounding stays.
+- ``cross_entropy_loss`` is not wrapped: it returns the loss rounded to the input
+  dtype (bf16 losses for bf16 logits), its loss for a target outside [0, V) differs
+  from upstream's, its backward failed on logits with strided rows ("not enough
+  values to unpack") on an H200, and it was 2x slower than this project's kernel.
 
 How: each is a ``torch.autograd.Function`` calling FlagGems' forward and backward
 functions directly (not ``flag_gems.enable()``, which would reroute every aten op of
 the process). Imported only when a FlagGems backend is chosen.
 Upstream reference: flag_gems 5.0.2 ``ops/rms_norm.py``, ``ops/layernorm.py``,
-``fused/swiglu.py``, ``fused/cross_entropy_loss.py``.
+``fused/swiglu.py``.
 When to drop a wrapper: when FlagGems fixes the defect it works around.
 """
 
@@ -33,7 +35,7 @@ import torch
 from flag_gems import fused as gems_fused
 from flag_gems import ops as gems_ops
 
-__all__ = ["cross_entropy", "layer_norm", "rms_norm", "swiglu"]
+__all__ = ["layer_norm", "rms_norm", "swiglu"]
 
 GEMS_VERSION = flag_gems.__version__
 
@@ -100,11 +102,3 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 def swiglu(y: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """FlagGems SwiGLU; a bias is added by torch first (FlagGems' kernel takes none)."""
     return _SwiGLU.apply(y if bias is None else y + bias)
-
-
-def cross_entropy(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
-    """FlagGems per-token cross entropy, megatron's smoothing; loss rounded to the logits dtype by FlagGems."""
-    vocab = logits.shape[-1]
-    smoothing = label_smoothing * vocab / (vocab - 1) if label_smoothing > 0 else 0.0
-    loss = gems_fused.cross_entropy_loss(logits.reshape(-1, vocab), target.reshape(-1), None, "none", -100, smoothing)
-    return loss.float().view(target.shape)

@@ -68,9 +68,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
-    """Per-token cross entropy over the last dimension (fp32 loss)."""
-    if backend("cross_entropy") == "flaggems":
-        from .gems import cross_entropy as impl
-    else:
-        from .kernels.cross_entropy import cross_entropy as impl
+    """Per-token cross entropy over the last dimension (fp32 loss); this project's kernel (FlagGems 5.0.2's
+    rounds the loss to bf16, differs from upstream for targets outside the vocabulary and failed on strided rows)."""
+    from .kernels.cross_entropy import cross_entropy as impl
+
     return impl(logits, target, label_smoothing)

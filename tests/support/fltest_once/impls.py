@@ -1,0 +1,2 @@
+def greet() -> str:
+    return "patched"
