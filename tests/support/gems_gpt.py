@@ -44,23 +44,26 @@ def _init_distributed() -> None:
     torch.distributed.init_process_group("nccl", rank=0, world_size=1)
 
 
-def _markov_batches(vocab: int, batch: int, seq: int, seed: int, device: str):
-    """Endless batches from a fixed sparse Markov chain (4 likely successors a token)."""
+def _markov_batches(vocab: int, batch: int, seq: int, seed: int, device: str, steps: int):
+    """``steps`` batches from a fixed sparse Markov chain (4 likely successors a token, 5% noise).
+
+    All sequences are generated up front, one vectorized step per position, so data
+    generation costs the same few hundred launches whatever the number of steps.
+    """
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    successors = torch.randint(0, vocab, (vocab, 4), generator=gen)
-    weights = torch.tensor([0.55, 0.25, 0.12, 0.08])
-    successors, weights = successors.to(device), weights.to(device)
+    successors = torch.randint(0, vocab, (vocab, 4), generator=gen).to(device)
+    weights = torch.tensor([0.55, 0.25, 0.12, 0.08], device=device)
     step_gen = torch.Generator(device=device).manual_seed(seed + 1)
-    while True:
-        tokens = torch.empty(batch, seq + 1, dtype=torch.long, device=device)
-        tokens[:, 0] = torch.randint(0, vocab, (batch,), device=device, generator=step_gen)
-        choice = torch.multinomial(weights.expand(batch * seq, 4), 1, generator=step_gen).view(batch, seq)
-        noise = torch.rand(batch, seq, device=device, generator=step_gen) < 0.05
-        random_tokens = torch.randint(0, vocab, (batch, seq), device=device, generator=step_gen)
-        for i in range(seq):
-            nxt = successors[tokens[:, i], choice[:, i]]
-            tokens[:, i + 1] = torch.where(noise[:, i], random_tokens[:, i], nxt)
-        yield tokens
+    n = batch * steps
+    tokens = torch.empty(n, seq + 1, dtype=torch.long, device=device)
+    tokens[:, 0] = torch.randint(0, vocab, (n,), device=device, generator=step_gen)
+    choice = torch.multinomial(weights.expand(n, 4), seq, replacement=True, generator=step_gen)
+    noise = torch.rand(n, seq, device=device, generator=step_gen) < 0.05
+    random_tokens = torch.randint(0, vocab, (n, seq), device=device, generator=step_gen)
+    for i in range(seq):
+        nxt = successors[tokens[:, i], choice[:, i]]
+        tokens[:, i + 1] = torch.where(noise[:, i], random_tokens[:, i], nxt)
+    yield from tokens.view(steps, batch, seq + 1)
 
 
 def _random_batches(vocab: int, batch: int, seq: int, device: str):
@@ -127,7 +130,7 @@ def main() -> int:
     optimizer = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=lr, bf16=True, params_dtype=torch.bfloat16, clip_grad=1.0), [model]
     )
-    batches = _markov_batches(vocab, mbs, seq, 7, "cuda") if curve else _random_batches(vocab, mbs, seq, "cuda")
+    batches = _markov_batches(vocab, mbs, seq, 7, "cuda", steps) if curve else _random_batches(vocab, mbs, seq, "cuda")
     positions = torch.arange(seq, device="cuda").expand(mbs, -1)
 
     def step_fn(iterator, m):
