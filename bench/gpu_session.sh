@@ -9,7 +9,8 @@
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH || exit
 #   set -o pipefail; bash bench/gpu_session.sh 2>&1 | tee $OUT/log
-# GEMS_STAGES (default "tests ops e2e") picks stages; GEMS_PYTEST_ARGS adds pytest args.
+# GEMS_STAGES (default "tests ops e2e") picks stages; GEMS_PYTEST_K is pytest's -k expression
+# (e.g. "loss_curves or other_mask"); GEMS_PYTEST_ARGS adds other pytest args (word-split).
 # The GPU tests are compile-bound (each case specializes kernels anew: about 6 s a test in
 # one process), so they run in GEMS_TEST_WORKERS pytest-xdist workers (default 12).
 set -u
@@ -50,7 +51,7 @@ for s in $STAGES; do
     tests)
       stage tests env GEMS_CURVE_OUT="$OUT/curves.json" timeout ${GEMS_TEST_TIMEOUT:-200} python3 -m pytest tests/test_flaggems_gpu.py \
         -v --tb=short -rfE -p no:cacheprovider --junitxml="$OUT/tests.xml" \
-        -o faulthandler_timeout=100 --timeout=170 -n ${GEMS_TEST_WORKERS:-12} ${GEMS_PYTEST_ARGS:-}
+        -o faulthandler_timeout=100 --timeout=170 -n ${GEMS_TEST_WORKERS:-12} -k "${GEMS_PYTEST_K:-}" ${GEMS_PYTEST_ARGS:-}
       ;;
   esac
 done

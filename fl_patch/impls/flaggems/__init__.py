@@ -29,10 +29,13 @@ GEMMs stay on cuBLAS through torch: no Triton GEMM (FlagGems' ``mm`` included) w
 measured faster on the model's shapes (docs/gpu_pack.md, ``bench/gpu_ops.py``).
 
 Kernels: ``kernels/`` holds this project's Triton kernels; ``gems.py`` wraps
-FlagGems 5.0.2's where it has the op (working around its known defects), and
-``ops.py`` picks one per op (``_runtime.DEFAULT_BACKEND``, overridden by
-``FL_GEMS_BACKEND="rms_norm=flaggems,..."``). The default for each op is the one that
-was correct and fastest on an H200 (docs/gpu_pack.md).
+FlagGems 5.0.2's RMSNorm, LayerNorm and SwiGLU (working around their known
+defects), and ``ops.py`` picks one per op (``_runtime.DEFAULT_BACKEND``, overridden
+by ``FL_GEMS_BACKEND="rms_norm=flaggems,..."``). Measured on an H200, this project's
+kernel was correct and faster for every op, so it is the default everywhere;
+FlagGems' attention (always-causal backward, a crash at the training shape) and
+cross entropy (bf16 loss, off-vocabulary semantics, a crash on strided rows) are not
+offered; FlagGems has no training RoPE or masked softmax (docs/gpu_pack.md).
 
 Fallbacks: a call an impl does not cover (a dtype, a shape, tensor parallelism
 where it matters, input not on CUDA, triton missing) runs upstream's code
