@@ -145,3 +145,7 @@ def _reset_for_tests() -> None:
     ENGINE.reset()
     ENGINE.call_counter = None
     _eager_sources_loaded = False
+    # A registry module registers when its body runs: forget the packs' so the next
+    # install() runs them again (user registry modules are the test's own business).
+    for registry_module in _sources.PACKS.values():
+        sys.modules.pop(registry_module, None)
