@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv
 stamp=$VENV/.fl_patch_bootstrap
-want=$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)
+want=$(cat pyproject.toml scripts/bootstrap.sh scripts/triton-cpu.sh | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VENV/bin/python" -c "import fl_patch, megatron.core.utils, torch" 2>/dev/null; then
   exit 0
 fi
@@ -28,4 +28,9 @@ fi
 "${pip[@]}" numpy "packaging>=24.2"
 "${pip[@]}" --ignore-requires-python "megatron-core==${FL_PATCH_MEGATRON_CORE:-0.19.2}"
 "${pip[@]}" --ignore-requires-python -e ".[test,train]"
+# Triton for the FlagGems pack's kernels in Triton's CPU interpreter, kept out of .venv
+# (see the script); the interpreter tests skip without it. FL_PATCH_NO_TRITON=1 skips it.
+if [ -z "${FL_PATCH_NO_TRITON:-}" ]; then
+  PYTHON="$VENV/bin/python" bash scripts/triton-cpu.sh
+fi
 echo "$want" > "$stamp"
