@@ -12,7 +12,6 @@ registry is read: on a GPU machine the pack is inert and says nothing.
 
 from __future__ import annotations
 
-import importlib.metadata
 import warnings
 
 from fl_patch import FlPatchWarning
@@ -27,6 +26,10 @@ _warned = False
 
 def installed_megatron_core() -> str | None:
     """The installed megatron-core version, or None when it is not installed."""
+    # Imported here, not at the top: the registry imports this module at start-up, and
+    # importlib.metadata costs ~25 ms there (megatron.core imports it later anyway).
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("megatron-core")
     except importlib.metadata.PackageNotFoundError:

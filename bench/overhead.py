@@ -1,0 +1,241 @@
+"""What fl_patch costs: start-up, memory, import, training step and per call.
+
+Every figure is a comparison measured side by side in the same run, variants
+interleaved (these machines are noisy), medians over repetitions:
+
+* start-up: ``python -c pass`` plain, with the bootstrap ``sitecustomize`` on
+  PYTHONPATH (fl_patch armed), with ``FL_PATCH=0``, and through ``python -m fl_patch``;
+* memory: resident set at the end of ``python -c pass`` with and without the bootstrap,
+  and after importing megatron-core's training modules with fl_patch (every shipped
+  pack) against by hand;
+* import: importing megatron-core's training modules (``megatron.core``, GPT model,
+  DDP, optimizer, schedules) with fl_patch active and every shipped pack registered,
+  against without. Upstream megatron-core cannot even be imported on this CPU-only
+  machine without one change (``...moe.ops.paged_stash`` imports triton), so
+  "without" makes that one change by hand (the stand-in module put in
+  ``sys.modules``), which is what a hand-monkeypatching user does;
+* training step: the main job (``examples/train_gpt.py``, CPU pack) with fl_patch
+  also patching four hot functions (TransformerLayer.forward,
+  DotProductAttention.forward, MLP.forward, apply_rotary_pos_emb) to identical copies
+  of themselves, against without those patches;
+* per call: ``bench/percall.py`` (patched function, method, staticmethod,
+  classmethod, class vs direct call, @overridable dispatch, wrapt, closure).
+
+Run:  .venv/bin/python bench/overhead.py [--only startup,memory,import,train,percall] [--quick] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATE = REPO / "sitecustomize_template"
+SUPPORT = REPO / "bench" / "support"
+
+RSS = "int([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1])"
+
+TRAINING_IMPORTS = """
+import megatron.core
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.distributed import DistributedDataParallel
+from megatron.core.optimizer import get_megatron_optimizer
+from megatron.core.pipeline_parallel import get_forward_backward_func
+from megatron.core.datasets.gpt_dataset import MockGPTDataset
+from megatron.core import dist_checkpointing
+"""
+
+# "Without fl_patch": the one hand change that lets upstream megatron.core import here
+# (what a hand-monkeypatching user writes: a module with the three names it exports).
+HAND_STAND_IN = """
+import sys, types
+_stand_in = types.ModuleType("megatron.core.transformer.moe.ops.paged_stash")
+_stand_in.GLOBAL_BLOCK_SIZE = 1024
+_stand_in.paged_stash_copy_kernel = _stand_in.paged_stash_pop_kernel = None
+sys.modules[_stand_in.__name__] = _stand_in
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("FL_PATCH") or k == "MG_FL_PREFER")}
+    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONWARNINGS"] = "ignore"
+    env.update(extra)
+    return env
+
+
+def _with_template(env: dict[str, str]) -> dict[str, str]:
+    return {**env, "PYTHONPATH": os.pathsep.join([str(TEMPLATE), env["PYTHONPATH"]])}
+
+
+def _python(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{args} failed:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def _timed(args: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    _python(args, env)
+    return time.perf_counter() - start
+
+
+def startup(reps: int) -> list[dict[str, object]]:
+    variants = {
+        "plain": (["-c", "pass"], _env()),
+        "bootstrap sitecustomize (fl_patch armed)": (["-c", "pass"], _with_template(_env())),
+        "bootstrap sitecustomize, FL_PATCH=0": (["-c", "pass"], _with_template(_env(FL_PATCH="0"))),
+        "python -m fl_patch -c pass (exec launcher)": (["-m", "fl_patch", "-c", "pass"], _env()),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(reps):
+        for name, (args, env) in variants.items():
+            samples[name].append(_timed(args, env))
+    base = statistics.median(samples["plain"])
+    return [
+        {"variant": name, "median_ms": statistics.median(v) * 1e3, "extra_ms": (statistics.median(v) - base) * 1e3}
+        for name, v in samples.items()
+    ]
+
+
+def _rss_kb(code: str, env: dict[str, str]) -> int:
+    return int(_python(["-c", f"{code}\nprint({RSS})"], env).stdout.split()[-1])
+
+
+def memory(reps: int) -> list[dict[str, object]]:
+    cases = {
+        "python -c pass": ("", _env(), _with_template(_env())),
+        "import megatron-core training modules": (
+            TRAINING_IMPORTS,
+            _env(),  # the hand stand-in is prepended below
+            _with_template(_env()),
+        ),
+    }
+    rows = []
+    for name, (code, plain_env, fl_env) in cases.items():
+        without, with_fl = [], []
+        for _ in range(reps):
+            without.append(_rss_kb((HAND_STAND_IN if code else "") + code, plain_env))
+            with_fl.append(_rss_kb(code, fl_env))
+        rows.append(
+            {
+                "case": name,
+                "without_mb": statistics.median(without) / 1024,
+                "with_fl_patch_mb": statistics.median(with_fl) / 1024,
+                "growth_mb": (statistics.median(with_fl) - statistics.median(without)) / 1024,
+            }
+        )
+    return rows
+
+
+def imports(reps: int) -> dict[str, object]:
+    timer = "import time\n_t = time.perf_counter()\n{body}\nprint(time.perf_counter() - _t)"
+    without_code = timer.format(body=HAND_STAND_IN + TRAINING_IMPORTS)
+    with_code = timer.format(body=TRAINING_IMPORTS)
+    without, with_fl = [], []
+    for _ in range(reps):
+        without.append(float(_python(["-c", without_code], _env()).stdout.split()[-1]))
+        with_fl.append(float(_python(["-c", with_code], _with_template(_env())).stdout.split()[-1]))
+    a, b = statistics.median(without), statistics.median(with_fl)
+    return {"without_s": a, "with_fl_patch_s": b, "extra_ms": (b - a) * 1e3, "ratio": b / a}
+
+
+def train_step(reps: int, steps: int) -> dict[str, object]:
+    copies_env = _env(
+        FL_PATCH_REGISTRY="identical_copies_registry", PYTHONPATH=os.pathsep.join([str(REPO), str(SUPPORT)])
+    )
+    variants = {"CPU pack": _env(), "CPU pack + 4 hot functions patched to identical copies": copies_env}
+    command = ["-m", "fl_patch", "examples/train_gpt.py", "--quiet", "--steps"]
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    with tempfile.TemporaryDirectory() as tmp:
+        # One untimed run in report mode proves the copies are applied and called (report
+        # mode counts calls through wrappers, so it is kept out of the timed runs).
+        report = Path(tmp) / "report.jsonl"
+        _python([*command, "3"], {**copies_env, "FL_PATCH_REPORT_FILE": str(report)})
+        records = [r for line in report.read_text().splitlines() for r in json.loads(line)["records"]]
+        copies = {r["target"]: r["calls"] for r in records if r["source"] == "identical_copies_registry"}
+        for _ in range(reps):
+            for name, env in variants.items():
+                log = Path(tmp) / "steps.jsonl"
+                _python([*command, str(steps), "--log-file", str(log)], env)
+                per_step = [json.loads(line)["tokens_per_s"] for line in log.read_text().splitlines()]
+                samples[name].append(statistics.median(per_step[steps // 3 :]))
+    names = list(variants)
+    base, patched = statistics.median(samples[names[0]]), statistics.median(samples[names[1]])
+    return {
+        "tokens_per_s": {name: statistics.median(v) for name, v in samples.items()},
+        "runs": samples,
+        "patched_over_unpatched": patched / base,
+        "copies_calls_in_3_steps": copies,
+    }
+
+
+def percall(quick: bool) -> list[dict[str, object]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "percall.json"
+        args = ["bench/percall.py", "--json", str(out)] + (["--repeat", "9", "--number", "5000"] if quick else [])
+        _python(args, _env())
+        return json.loads(out.read_text())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="startup,memory,import,train,percall")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, not figures)")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    q = args.quick
+    results: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
+
+    if "startup" in only:
+        results["startup"] = rows = startup(5 if q else 41)
+        print("\n### Start-up: `python -c pass` (median of interleaved runs)\n")
+        print("| variant | median | extra |\n|---|---|---|")
+        for r in rows:
+            print(f"| {r['variant']} | {r['median_ms']:.1f} ms | {r['extra_ms']:+.1f} ms |")
+    if "memory" in only:
+        results["memory"] = rows = memory(1 if q else 5)
+        print("\n### Memory: resident set at the end of the process (median)\n")
+        print("| case | without fl_patch | with fl_patch | growth |\n|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['case']} | {r['without_mb']:.1f} MB | {r['with_fl_patch_mb']:.1f} MB | {r['growth_mb']:+.2f} MB |")
+    if "import" in only:
+        results["import"] = r = imports(3 if q else 11)
+        print("\n### Import: megatron-core's training modules (median of interleaved runs)\n")
+        print("| without fl_patch (hand stand-in) | with fl_patch, every shipped pack | extra | ratio |\n|---|---|---|---|")
+        print(f"| {r['without_s'] * 1e3:.0f} ms | {r['with_fl_patch_s'] * 1e3:.0f} ms | {r['extra_ms']:+.1f} ms | {r['ratio']:.3f} |")
+    if "train" in only:
+        results["train"] = r = train_step(2 if q else 6, 15 if q else 45)
+        print("\n### Training step: examples/train_gpt.py on CPU (median tokens/s of the warm steps, median of runs)\n")
+        print("| variant | tokens/s |\n|---|---|")
+        for name, value in r["tokens_per_s"].items():
+            print(f"| {name} | {value:,.0f} |")
+        print(f"\npatched / unpatched throughput: {r['patched_over_unpatched']:.4f}")
+        print(f"calls through the copies in a 3-step run: {r['copies_calls_in_3_steps']}")
+    if "percall" in only:
+        results["percall"] = rows = percall(q)
+        print("\n### Per call: time of a call through the upstream name, as a ratio to calling the impl directly\n")
+        print("| target kind | direct call | fl_patch | @overridable dispatch | wrapt.FunctionWrapper | closure |")
+        print("|---|---|---|---|---|---|")
+        for row in rows:
+            print(
+                f"| {row['case']} | {row['direct_ns']:.0f} ns | {row['fl_patch_ratio']:.3f}x | {row['overridable_ratio']:.3f}x"
+                f" | {row['wrapt_ratio']:.3f}x | {row['closure_ratio']:.3f}x |"
+            )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
