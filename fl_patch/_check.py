@@ -43,7 +43,7 @@ from ._activation import ENGINE
 from ._errors import FlPatchWarning
 from ._registry import Registration
 from ._report import PatchRecord, Status
-from ._resolve import Kind, Resolved, load_impl, owned_path, resolve_in
+from ._resolve import Kind, Resolved, describe, load_impl, owned_path, resolve_in
 from ._settings import ENV
 from ._signatures import Finding, compare_signatures
 
@@ -337,7 +337,7 @@ def _check_one(
                 findings.append(
                     Finding(
                         "error",
-                        f"target missing: {_describe(resolved.holder)} has no attribute {resolved.name!r}{where}",
+                        f"target missing: {describe(resolved.holder)} has no attribute {resolved.name!r}{where}",
                     )
                 )
                 resolved = None
@@ -373,14 +373,6 @@ def _check_one(
         if not any(f.level == "error" for f in findings):
             findings.append(Finding("error", f"the engine reports {record.status.value}: {record.detail}"))
     return result
-
-
-def _describe(holder: object) -> str:
-    if isinstance(holder, types.ModuleType):
-        return f"module {holder.__name__}"
-    if isinstance(holder, type):
-        return f"class {holder.__module__}.{holder.__qualname__}"
-    return repr(holder)
 
 
 def _signature(obj: object, what: str) -> tuple[inspect.Signature | None, Finding | None]:

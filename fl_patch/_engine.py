@@ -375,35 +375,45 @@ class Engine:
         sites = frozenset((id(patch.holder), patch.name) for patch in patches)
         restore_later_imports(restore, modules_since(None), frozenset(skip), tuple(roots), sites)
 
-    def _provide_module(self, fullname: str, registration: Registration) -> types.ModuleType | None:
+    def _module_impl(self, fullname: str, registration: Registration) -> types.ModuleType | None:
+        """The replacement module for a whole-module target, or None after reporting why not."""
         try:
             impl = self._load_impl(registration)
-        except Exception as exc:  # noqa: BLE001
-            self._fail(fullname, registration, Status.IMPL_FAILED, f"{type(exc).__name__}: {exc}")
-            return None
+        except Exception as exc:  # noqa: BLE001  (plugin code: reported, not raised)
+            return self._fail(fullname, registration, Status.IMPL_FAILED, f"{type(exc).__name__}: {exc}")
         if not isinstance(impl, types.ModuleType):
-            self._fail(
+            return self._fail(
                 fullname, registration, Status.IMPL_FAILED, f"target is a module, impl is a {type(impl).__name__}"
             )
+        return impl
+
+    def _record_module_patch(self, patch: AppliedPatch, detail: str) -> None:
+        state = self._state(patch.target)
+        state.module = patch.target.rpartition(".")[0]
+        state.patches.append(patch)
+        state.kind = Kind.MODULE
+        state.late = patch.late
+        state.set(Status.APPLIED, detail)
+
+    def _provide_module(self, fullname: str, registration: Registration) -> types.ModuleType | None:
+        """Called by the hook's loader in place of creating the upstream module."""
+        impl = self._module_impl(fullname, registration)
+        if impl is None:
             return None
         parent_name, _, child = fullname.rpartition(".")
+        patch = AppliedPatch(
+            target=fullname,
+            holder=sys.modules.get(parent_name),
+            name=child,
+            kind=Kind.MODULE,
+            previous_own=_NO_ORIGINAL,
+            original=_NO_ORIGINAL,
+            installed=impl,
+            late=False,
+            whole_module=True,
+        )
         with self._lock:
-            state = self._state(fullname)
-            state.module = parent_name
-            patch = AppliedPatch(
-                target=fullname,
-                holder=sys.modules.get(parent_name),
-                name=child,
-                kind=Kind.MODULE,
-                previous_own=_NO_ORIGINAL,
-                original=_NO_ORIGINAL,
-                installed=impl,
-                late=False,
-                whole_module=True,
-            )
-            state.patches.append(patch)
-            state.kind = Kind.MODULE
-            state.set(Status.APPLIED, "replaced before its first import")
+            self._record_module_patch(patch, "replaced before its first import")
         return impl
 
     def _substitute_loaded_module(self, fullname: str, module: types.ModuleType) -> None:
@@ -416,15 +426,8 @@ class Engine:
         state.chosen = selection.chosen
         if any(p.installed is module for p in state.patches):
             return  # already the replacement
-        try:
-            impl = self._load_impl(selection.chosen)
-        except Exception as exc:  # noqa: BLE001
-            self._fail(fullname, selection.chosen, Status.IMPL_FAILED, f"{type(exc).__name__}: {exc}")
-            return
-        if not isinstance(impl, types.ModuleType):
-            self._fail(
-                fullname, selection.chosen, Status.IMPL_FAILED, f"target is a module, impl is a {type(impl).__name__}"
-            )
+        impl = self._module_impl(fullname, selection.chosen)
+        if impl is None:
             return
         parent_name, _, child = fullname.rpartition(".")
         parent = sys.modules.get(parent_name)
@@ -445,10 +448,7 @@ class Engine:
                 late=True,
                 whole_module=True,
             )
-            state.patches.append(patch)
-            state.kind = Kind.MODULE
-            state.late = True
-            state.set(Status.APPLIED, "applied after import")
+            self._record_module_patch(patch, "applied after import")
         replacements = {id(module): (module, impl)}
         for alias_module, name, value in rebind_aliases(replacements, modules_since(None), frozenset({impl.__name__})):
             patch.aliases.append((alias_module, name, value))
