@@ -179,12 +179,13 @@ def train_step(reps: int, steps: int) -> dict[str, object]:
     }
 
 
-def percall(quick: bool) -> list[dict[str, object]]:
+def percall(quick: bool) -> tuple[list[dict[str, object]], str]:
+    """bench/percall.py's rows and the table it prints."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "percall.json"
         args = ["bench/percall.py", "--json", str(out)] + (["--repeat", "9", "--number", "5000"] if quick else [])
-        _python(args, _env())
-        return json.loads(out.read_text())
+        table = _python(args, _env()).stdout.strip()
+        return json.loads(out.read_text()), table
 
 
 def main() -> int:
@@ -223,15 +224,9 @@ def main() -> int:
         print(f"\npatched / unpatched throughput: {r['patched_over_unpatched']:.4f}")
         print(f"calls through the copies in a 3-step run: {r['copies_calls_in_3_steps']}")
     if "percall" in only:
-        results["percall"] = rows = percall(q)
+        results["percall"], table = percall(q)
         print("\n### Per call: time of a call through the upstream name, as a ratio to calling the impl directly\n")
-        print("| target kind | direct call | fl_patch | @overridable dispatch | wrapt.FunctionWrapper | closure |")
-        print("|---|---|---|---|---|---|")
-        for row in rows:
-            print(
-                f"| {row['case']} | {row['direct_ns']:.0f} ns | {row['fl_patch_ratio']:.3f}x | {row['overridable_ratio']:.3f}x"
-                f" | {row['wrapt_ratio']:.3f}x | {row['closure_ratio']:.3f}x |"
-            )
+        print(table)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
