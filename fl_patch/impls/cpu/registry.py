@@ -107,3 +107,10 @@ register(
     impl=f"{_PACK}.fusions.fused_softmax_kernel_available",
     vendor=CPU,
 )
+
+# -- megatron.training (Megatron-LM's pretrain_gpt.py) and what a training script hits outside
+#    megatron: training_registry.py. A function call, not an import, so that it registers
+#    again whenever this module runs again.
+from .training_registry import register_training  # noqa: E402
+
+register_training()
