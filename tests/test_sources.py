@@ -19,11 +19,10 @@ def test_registry_modules_and_packs_are_loaded_only_when_named(engine, monkeypat
 
 def test_shipped_cpu_pack_registers_for_vendor_cpu_only(engine, monkeypatch) -> None:
     monkeypatch.setenv("FL_PATCH_PACKS", "cpu")
-    sys.modules.pop("fl_patch.impls.cpu.registry", None)
     fl_patch.install()
     records = fl_patch.report()
     assert records and {r.vendor for r in records} == {"cpu"}
-    assert {r.source for r in records} == {"fl_patch.impls.cpu.registry"}
+    assert all(r.source.startswith("fl_patch.impls.cpu.") for r in records)
 
 
 def test_preferred_vendor_names_are_never_imported(engine, monkeypatch) -> None:
