@@ -147,7 +147,9 @@ def dynamic_grad_scaler_load_state_dict(self: Any, state_dict: dict[str, Any]) -
     view of the module's ``torch`` can redirect; on a CPU, resuming an fp16 run from a
     checkpoint fails there.
     How: the same three assignments, with the scale moved to the CPU (where the scaler's
-    other tensors live) instead of to a CUDA device.
+    other tensors live) instead of to a CUDA device. (The pack's ``torch.Tensor.cuda``
+    patch, ``training_functions.tensor_cuda``, now reaches upstream's ``.cuda(...)`` too;
+    this one stays so that the line is fixed where it is, whichever is disabled.)
     Upstream reference: megatron-core 0.19.2, ``megatron/core/optimizer/grad_scaler.py``.
     Drop when: upstream moves the scale with ``.to(self._scale.device)`` or similar.
     """

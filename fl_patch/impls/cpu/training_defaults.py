@@ -48,22 +48,36 @@ CPU_DEFAULTS: tuple[CpuDefault, ...] = (
         True,
         "--use-cpu-initialization",
         "otherwise megatron-core allocates every weight on torch.cuda.current_device() "
-        "(tensor_parallel/layers.py, with the real torch)",
+        "(tensor_parallel/layers.py line 305, VocabParallelEmbedding first)",
     ),
     CpuDefault(
         "gradient_accumulation_fusion",
         False,
         "--no-gradient-accumulation-fusion",
-        "needs the fused_weight_gradient_mlp_cuda extension (validate_args stops without it)",
+        "ColumnParallelLinear raises without Apex's fused_weight_gradient_mlp_cuda extension",
+    ),
+    CpuDefault(
+        "apply_rope_fusion",
+        False,
+        "--no-rope-fusion",
+        "fused RoPE needs Transformer Engine: TransformerConfig raises with --position-embedding-type rope "
+        "(transformer/transformer_config.py line 2185)",
     ),
     CpuDefault(
         "no_persist_layer_norm",
         True,
         "--no-persist-layer-norm",
-        "the persistent layer norm is an Apex CUDA kernel",
+        "WrappedTorchNorm, the norm without Apex, asserts it is off (transformer/torch_norm.py line 48)",
     ),
 )
-"""The defaults the CPU pack gives megatron.training's parser (each checked: without it the run fails)."""
+"""The defaults the CPU pack gives megatron.training's parser.
+
+Each was checked on megatron-core 0.19.2: with the others given and that one left out,
+``pretrain`` fails (``RuntimeError: Distributed package doesn't have NCCL built in``;
+``Torch not compiled with CUDA enabled`` in ``tensor_parallel/layers.py``; the
+``fused_weight_gradient_mlp_cuda`` ``RuntimeError``; "apply_rope_fusion is not available"
+with RoPE; the ``persist_layer_norm`` assertion).
+"""
 
 CPU_ENVIRONMENT: dict[str, tuple[str, str]] = {
     "CUDA_DEVICE_MAX_CONNECTIONS": (
