@@ -13,6 +13,11 @@ release it says so once.
   it replaces.
 - ``rng.py``, ``optimizer.py``, ``fusions.py``, ``paged_stash_ops.py``: function, method
   and module patches.
+- ``training_registry.py`` (called by ``registry.py``): the ``megatron.training`` patches,
+  so that Megatron-LM's ``pretrain_gpt.py`` trains (``docs/training_pack.md``), with
+  ``training_torch_names.py`` (views for megatron.training modules),
+  ``training_functions.py`` (FlagScale's training targets, RNG fidelity, ``Tensor.cuda``,
+  ``typing.override``) and ``training_defaults.py`` (the parser's CPU defaults).
 
 Each impl's docstring says why it is needed (the upstream line that assumes CUDA), how it
 works, the upstream reference, and when it can be dropped.

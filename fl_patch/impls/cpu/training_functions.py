@@ -129,10 +129,13 @@ def build_pretraining_data_loader(dataset: Any, consumed_samples: int) -> Any:
     ``training.build_train_valid_test_data_iterators``, and every epoch of ``cyclic_iter``),
     torch draws its base seed from the CPU default generator
     (``_BaseDataLoaderIter.__init__``). On a GPU that is harmless: dropout draws from the
-    CUDA generator. On a CPU it is the generator dropout draws from, and
-    ``load_checkpoint`` restores it *before* the iterators are made: a resumed run's
-    dropout masks come out of a generator advanced by one more draw than in the
-    uninterrupted run, so ``--load`` does not reproduce the losses.
+    CUDA generator. On a CPU it is the generator dropout draws from, so (measured with
+    ``tests/test_training_pack.py``): ``load_checkpoint`` restores it *before* the iterators
+    are made, and a resumed run's dropout masks come out of a generator advanced by one
+    more draw than in the uninterrupted run (``--load`` does not reproduce the losses);
+    and with tensor parallelism only TP rank 0 builds data loaders, so the TP ranks'
+    generators drift apart and draw different hidden-dropout masks (TP=2 no longer
+    computes TP=1's losses).
     How: the data loader gets its own ``torch.Generator`` (seeded with ``--seed``), from which
     its iterators draw their base seed; the default generator is left to dropout, as the
     CUDA generator is on a GPU. Sampling itself is untouched (megatron's samplers are

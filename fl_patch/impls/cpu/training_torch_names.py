@@ -63,7 +63,7 @@ TRAINING = _view(
     Why: the training and evaluation loops create bookkeeping tensors with ``device='cuda'``:
     the start-time all-reduce in ``pretrain`` (``training.py`` lines 1131, 1137), the data
     loader flags in ``build_train_valid_test_data_loaders`` (lines 4588-4591), the
-    per-iteration loss sums in ``training_log``/``train_step`` (lines 2613, 2884) and
+    per-iteration loss sums in ``training_log`` (lines 2613, 2884) and
     ``evaluate`` (line 4270); ``get_model`` and ``_ddp_wrap`` call
     ``torch.cuda.current_device()``, ``torch.cuda.Stream()`` and ``torch.cuda.stream()``
     (lines 1818, 1876-1896); ``torch.cuda.empty_cache()`` runs after evaluation (line 4264).
@@ -91,11 +91,12 @@ DIST_UTILS = _view(
 COMMON_UTILS = _view(
     """Patch for ``megatron.training.utils.common_utils.torch``.
 
-    Why: ``calc_params_l2_norm`` allocates its overflow buffer and norms with
-    ``device='cuda'`` (``common_utils.py`` lines 55-60, 222-227) and ``average_losses_across_data_parallel_group``
-    / ``reduce_max_stat_across_model_parallel_group`` / ``logical_and_across_model_parallel_group``
-    use ``device=torch.cuda.current_device()`` (lines 285, 308); ``report_memory`` reads
-    ``torch.cuda.memory_allocated()`` and friends (lines 322-327).
+    Why: the parameter-norm helpers allocate with ``device='cuda'`` (``common_utils.py``
+    ``_compute_norm_2`` lines 55-60, ``calc_dtensor_params_l2_norm`` lines 222-227);
+    ``reduce_max_stat_across_model_parallel_group`` and
+    ``logical_and_across_model_parallel_group`` (which ``train_step`` calls every
+    iteration) allocate with ``device=torch.cuda.current_device()`` (lines 285, 308);
+    ``report_memory`` reads ``torch.cuda.memory_allocated()`` and friends (lines 322-327).
     How: the CPU view: those tensors are on the CPU, memory statistics are 0.
     Upstream reference: megatron-core 0.19.2, ``megatron/training/utils/common_utils.py``.
     Drop when: upstream allocates on the device of its inputs.
@@ -105,10 +106,10 @@ COMMON_UTILS = _view(
 CHECKPOINTING = _view(
     """Patch for ``megatron.training.checkpointing.torch``.
 
-    Why: ``get_rng_state`` saves ``torch.cuda.get_rng_state()`` and ``load_checkpoint``
-    restores it with ``torch.cuda.set_rng_state(...)`` (``checkpointing.py``,
-    ``get_rng_state`` and ``_load_base_checkpoint``'s RNG restore); without CUDA both fail,
-    so ``--save`` cannot write and ``--load`` cannot resume.
+    Why: ``get_rng_state`` saves ``torch.cuda.get_rng_state()`` (``checkpointing.py`` line
+    417) and ``load_checkpoint`` restores it with ``torch.cuda.set_rng_state(...)`` (lines
+    2665, 2677); without CUDA both fail, so ``--save`` cannot write and ``--load`` cannot
+    resume.
     How: the CPU view's "CUDA" RNG is the CPU default generator (the one dropout draws from
     here), so saving and restoring it is exactly what resuming needs.
     Upstream reference: megatron-core 0.19.2, ``megatron/training/checkpointing.py``.
