@@ -161,7 +161,10 @@ def dynamic_grad_scaler_load_state_dict(self: Any, state_dict: dict[str, Any]) -
 # --------------------------------------------------------------------------- distributed optimizer checkpoints
 # Without Apex or Transformer Engine (always the case on a CPU: both need CUDA) the
 # distributed optimizer wraps torch's own Adam, whose per-parameter state carries "step";
-# three spots of upstream's checkpoint code get that case wrong.
+# three spots of upstream's checkpoint code get that case wrong. These are upstream bugs,
+# not CPU problems: any machine without Apex/TE hits them (not checked on a GPU). They are
+# also what `pretrain_gpt.py --use-distributed-optimizer --load` needs
+# (tests/test_training_pack.py; docs/training_pack.md).
 
 _DISTRIBUTED_STATE_DICT = "megatron.core.optimizer.distrib_optimizer.DistributedOptimizer.state_dict"
 _DISTRIBUTED_LOAD_STATE_DICT = "megatron.core.optimizer.distrib_optimizer.DistributedOptimizer.load_state_dict"
