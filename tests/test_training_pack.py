@@ -63,8 +63,8 @@ WITHOUT: dict[str, str] = {
     "megatron.training.checkpointing.torch": "Torch not compiled with CUDA enabled at --save (cuda RNG state)",
     "megatron.core.timers.torch": "Torch not compiled with CUDA enabled (Timer.start: torch.cuda.synchronize)",
     "megatron.core.rerun_state_machine.torch": "Torch not compiled with CUDA enabled (RNG state each step)",
-    "megatron.training.dist_signal_handler.get_device": "RuntimeError for a backend other than nccl/gloo "
-    "(--fake-process-group --exit-signal-handler); not reached with gloo (FlagScale target)",
+    "megatron.training.dist_signal_handler.get_device": "RuntimeError under the fake backend of "
+    "--fake-process-group (test_cpu_defaults_are_defaults_and_said_once); with gloo upstream already answers cpu",
     "megatron.training.utils.common_utils.get_device_arch_version": "Torch not compiled with CUDA enabled in "
     "validate_args when TP>1 (FlagScale target)",
     "megatron.training.initialize._compile_dependencies": "make: no makefile found; sys.exit(1) (FlagScale target)",
@@ -180,14 +180,29 @@ def test_flagscale_training_targets_resolve_under_check() -> None:
 
 
 def test_cpu_defaults_are_defaults_and_said_once() -> None:
-    """Megatron-LM's parser gets the CPU necessities as defaults; a flag given wins; rank 0 says which it set."""
+    """Megatron-LM's parser gets the CPU necessities as defaults; a flag given wins; rank 0 says which it set.
+    In the same process, two FlagScale targets answer for the CPU (``arguments`` holds the name
+    ``get_device_arch_version`` imported from ``common_utils``: the patch reaches it)."""
     probe = """
 import json, sys
 keys = sys.argv.pop(1).split(",")
 from megatron.training.arguments import parse_args
 first = parse_args()
 second = parse_args()  # a second parser in the same process: said once
-print("RESULT" + json.dumps({k: getattr(first, k) for k in keys}))
+result = {k: getattr(first, k) for k in keys}
+# Two FlagScale targets, called as upstream calls them: the device of the exit-signal
+# handler's all-gather under --fake-process-group's backend, and the CUDA architecture.
+import torch
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from megatron.training import dist_signal_handler, arguments
+torch.distributed.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+for name, call in (("get_device", dist_signal_handler.get_device),
+                   ("get_device_arch_version", arguments.get_device_arch_version)):
+    try:
+        result[name] = str(call())
+    except Exception as exc:
+        result[name] = type(exc).__name__
+print("RESULT" + json.dumps(result))
 """
     names = "distributed_backend,use_cpu_initialization,gradient_accumulation_fusion,apply_rope_fusion,no_persist_layer_norm"
 
@@ -211,6 +226,8 @@ print("RESULT" + json.dumps({k: getattr(first, k) for k in keys}))
         "gradient_accumulation_fusion": False,
         "apply_rope_fusion": False,
         "no_persist_layer_norm": True,
+        "get_device": "cpu",  # upstream: RuntimeError for any backend but nccl and gloo
+        "get_device_arch_version": "0",  # upstream: torch.cuda.get_device_properties -> AssertionError
     }
     (said,) = [line for line in stderr.splitlines() if ANNOUNCEMENT in line]  # once, for two parsers
     flags = said.split("did not set: ", 1)[1]
