@@ -209,12 +209,18 @@ def main() -> int:
         print("\n### Memory: resident set at the end of the process (median)\n")
         print("| case | without fl_patch | with fl_patch | growth |\n|---|---|---|---|")
         for r in rows:
-            print(f"| {r['case']} | {r['without_mb']:.1f} MB | {r['with_fl_patch_mb']:.1f} MB | {r['growth_mb']:+.2f} MB |")
+            print(
+                f"| {r['case']} | {r['without_mb']:.1f} MB | {r['with_fl_patch_mb']:.1f} MB | {r['growth_mb']:+.2f} MB |"
+            )
     if "import" in only:
         results["import"] = r = imports(3 if q else 11)
         print("\n### Import: megatron-core's training modules (median of interleaved runs)\n")
-        print("| without fl_patch (hand stand-in) | with fl_patch, every shipped pack | extra | ratio |\n|---|---|---|---|")
-        print(f"| {r['without_s'] * 1e3:.0f} ms | {r['with_fl_patch_s'] * 1e3:.0f} ms | {r['extra_ms']:+.1f} ms | {r['ratio']:.3f} |")
+        print(
+            "| without fl_patch (hand stand-in) | with fl_patch, every shipped pack | extra | ratio |\n|---|---|---|---|"
+        )
+        print(
+            f"| {r['without_s'] * 1e3:.0f} ms | {r['with_fl_patch_s'] * 1e3:.0f} ms | {r['extra_ms']:+.1f} ms | {r['ratio']:.3f} |"
+        )
     if "train" in only:
         results["train"] = r = train_step(2 if q else 6, 15 if q else 45)
         print("\n### Training step: examples/train_gpt.py on CPU (median tokens/s of the warm steps, median of runs)\n")

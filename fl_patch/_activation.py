@@ -145,7 +145,8 @@ def _reset_for_tests() -> None:
     ENGINE.reset()
     ENGINE.call_counter = None
     _eager_sources_loaded = False
-    # A registry module registers when its body runs: forget the packs' so the next
-    # install() runs them again (user registry modules are the test's own business).
-    for registry_module in _sources.PACKS.values():
-        sys.modules.pop(registry_module, None)
+    # A registry module registers when its body runs: forget the packs' (and the
+    # sub-registries they import) so the next install() runs them again; user registry
+    # modules are the test's own business.
+    for name in [n for n in sys.modules if n.startswith("fl_patch.impls.") and n.endswith("registry")]:
+        del sys.modules[name]
