@@ -14,10 +14,11 @@ interleaved (these machines are noisy), medians over repetitions:
   machine without one change (``...moe.ops.paged_stash`` imports triton), so
   "without" makes that one change by hand (the stand-in module put in
   ``sys.modules``), which is what a hand-monkeypatching user does;
-* training step: the main job (``examples/train_gpt.py``, CPU pack) with fl_patch
-  also patching four hot functions (TransformerLayer.forward,
-  DotProductAttention.forward, MLP.forward, apply_rotary_pos_emb) to identical copies
-  of themselves, against without those patches;
+* training step: the main job (``examples/train_gpt.py``'s model, data and optimizer,
+  CPU pack) with fl_patch also patching four hot methods (TransformerLayer.forward,
+  Attention.forward, DotProductAttention.forward, MLP.forward) to identical copies of
+  themselves, against upstream's, in one process (blocks of steps alternated), with an
+  upstream-against-upstream control for the noise floor;
 * per call: ``bench/percall.py`` (patched function, method, staticmethod,
   classmethod, class vs direct call, @overridable dispatch, wrapt, closure).
 
@@ -149,33 +150,38 @@ def imports(reps: int) -> dict[str, object]:
     return {"without_s": a, "with_fl_patch_s": b, "extra_ms": (b - a) * 1e3, "ratio": b / a}
 
 
-def train_step(reps: int, steps: int) -> dict[str, object]:
-    copies_env = _env(
-        FL_PATCH_REGISTRY="identical_copies_registry", PYTHONPATH=os.pathsep.join([str(REPO), str(SUPPORT)])
-    )
-    variants = {"CPU pack": _env(), "CPU pack + 4 hot functions patched to identical copies": copies_env}
-    command = ["-m", "fl_patch", "examples/train_gpt.py", "--quiet", "--steps"]
-    samples: dict[str, list[float]] = {name: [] for name in variants}
+def train_step(reps: int, blocks: int) -> dict[str, object]:
+    """Step time with four hot methods patched to identical copies vs upstream, in one process.
+
+    Whole runs in separate processes differ by +-10% here, which would hide a 1% cost;
+    so ``bench/support/train_step_ab.py`` builds the main job once and alternates blocks
+    of steps patched / unpatched. The same script with ``--control`` alternates upstream
+    with upstream: the noise floor of this measurement.
+    """
+    env = _env(FL_PATCH_REGISTRY="identical_copies_registry", PYTHONPATH=os.pathsep.join([str(REPO), str(SUPPORT)]))
+    command = ["-m", "fl_patch", "bench/support/train_step_ab.py", "--blocks", str(blocks)]
     with tempfile.TemporaryDirectory() as tmp:
         # One untimed run in report mode proves the copies are applied and called (report
         # mode counts calls through wrappers, so it is kept out of the timed runs).
         report = Path(tmp) / "report.jsonl"
-        _python([*command, "3"], {**copies_env, "FL_PATCH_REPORT_FILE": str(report)})
+        _python(["-m", "fl_patch", "examples/train_gpt.py", "--quiet", "--steps", "3"],
+                {**env, "FL_PATCH_REPORT_FILE": str(report)})  # fmt: skip
         records = [r for line in report.read_text().splitlines() for r in json.loads(line)["records"]]
-        copies = {r["target"]: r["calls"] for r in records if r["source"] == "identical_copies_registry"}
-        for _ in range(reps):
-            for name, env in variants.items():
-                log = Path(tmp) / "steps.jsonl"
-                _python([*command, str(steps), "--log-file", str(log)], env)
-                per_step = [json.loads(line)["tokens_per_s"] for line in log.read_text().splitlines()]
-                samples[name].append(statistics.median(per_step[steps // 3 :]))
-    names = list(variants)
-    base, patched = statistics.median(samples[names[0]]), statistics.median(samples[names[1]])
+        calls = {r["target"]: r["calls"] for r in records if r["source"] == "identical_copies_registry"}
+
+    def ratio(*extra: str) -> float:
+        line = [x for x in _python([*command, *extra], env).stdout.splitlines() if x.startswith("RESULT")][-1]
+        return json.loads(line[len("RESULT") :])["patched_over_unpatched_step_time"]
+
+    patched, control = [], []
+    for _ in range(reps):  # interleave the two kinds of process too
+        patched.append(ratio())
+        control.append(ratio("--control"))
     return {
-        "tokens_per_s": {name: statistics.median(v) for name, v in samples.items()},
-        "runs": samples,
-        "patched_over_unpatched": patched / base,
-        "copies_calls_in_3_steps": copies,
+        "patched_over_unpatched": statistics.median(patched),
+        "control_a_over_a": statistics.median(control),
+        "runs": {"patched": patched, "control": control},
+        "copies_calls_in_3_steps": calls,
     }
 
 
@@ -222,13 +228,12 @@ def main() -> int:
             f"| {r['without_s'] * 1e3:.0f} ms | {r['with_fl_patch_s'] * 1e3:.0f} ms | {r['extra_ms']:+.1f} ms | {r['ratio']:.3f} |"
         )
     if "train" in only:
-        results["train"] = r = train_step(2 if q else 6, 15 if q else 45)
-        print("\n### Training step: examples/train_gpt.py on CPU (median tokens/s of the warm steps, median of runs)\n")
-        print("| variant | tokens/s |\n|---|---|")
-        for name, value in r["tokens_per_s"].items():
-            print(f"| {name} | {value:,.0f} |")
-        print(f"\npatched / unpatched throughput: {r['patched_over_unpatched']:.4f}")
-        print(f"calls through the copies in a 3-step run: {r['copies_calls_in_3_steps']}")
+        results["train"] = r = train_step(3 if q else 5, 8 if q else 40)
+        print("\n### Training step: the main job, 4 hot methods patched to identical copies, in one process\n")
+        print("| step time, patched / unpatched (median of runs) | control: upstream / upstream (noise floor) |")
+        print("|---|---|")
+        print(f"| {r['patched_over_unpatched']:.4f} | {r['control_a_over_a']:.4f} |")
+        print(f"\nruns: {r['runs']}; calls through the copies in 3 steps: {r['copies_calls_in_3_steps']}")
     if "percall" in only:
         results["percall"], table = percall(q)
         print("\n### Per call: time of a call through the upstream name, as a ratio to calling the impl directly\n")

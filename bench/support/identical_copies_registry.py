@@ -6,7 +6,7 @@ TARGETS = {
     "layer_forward": "megatron.core.transformer.transformer_layer.TransformerLayer.forward",
     "attention_forward": "megatron.core.transformer.dot_product_attention.DotProductAttention.forward",
     "mlp_forward": "megatron.core.transformer.mlp.MLP.forward",
-    "apply_rotary_pos_emb": "megatron.core.models.common.embeddings.rope_utils.apply_rotary_pos_emb",
+    "attention_block_forward": "megatron.core.transformer.attention.Attention.forward",
 }
 
 for name, target in TARGETS.items():
