@@ -6,31 +6,33 @@ started with ``-I``, ``-E`` or ``-S``, with an environment that drops the bootst
 directory (``env={...}`` built from scratch, ``env -i``), or with fl_patch's variables
 set differently, runs without those patches, or with other ones. The child cannot
 say so (nothing of fl_patch runs in it), so the parent does, at the moment it starts
-the child: an audit hook (PEP 578) sees ``subprocess.Popen``, ``os.exec*``,
-``os.posix_spawn``, ``os.spawn*`` and ``os.system`` launches, and for one that starts
-Python (an interpreter by name, or a script whose ``#!`` line names one, such as
-``torchrun``) gives one ``FlPatchWarning`` per cause and executable.
+the child: the functions every launch goes through are wrapped (``os.execv``,
+``os.execve``, ``os.posix_spawn``, ``os.posix_spawnp``, ``os.system``, and
+``_posixsubprocess.fork_exec``, which ``subprocess.Popen`` and multiprocessing's spawn
+and forkserver start methods call), and for one that starts Python (an interpreter by
+name, or a script whose ``#!`` line names one, such as ``torchrun``) they give one
+``FlPatchWarning`` per cause and executable. ``os.execl*``, ``os.spawn*`` and
+``subprocess`` reach these through module globals, so they are seen too.
 
-What it cannot see: ``multiprocessing``'s spawn and forkserver start methods call
-``_posixsubprocess.fork_exec`` directly, with no audit event; their children get
-this process's interpreter flags and ``os.environ``, which is what the launcher
-checks at start. A child of a different interpreter is not judged here: if it can
-import fl_patch it is patched; if not, the bootstrap ``sitecustomize`` says so in
-the child at its first megatron import.
+Why wrappers and not an audit hook (PEP 578), which sees the same launches: an audit
+hook is a Python call on *every* audited event, and importing megatron-core raises
+about 53,000 of them (``object.__getattr__``, ``exec``, ``open``, ``import``...):
+measured with callgrind, 219 M instructions, about 47 ms of each megatron import. A
+wrapper costs nothing but at a launch.
 
-Cost: an audit hook is called for every audited event (``open``, ``import``, ...);
-this one returns after one set lookup for all but the five launch events. It is
-installed once per process and cannot be removed (audit hooks never can);
-``FL_PATCH_CHILDREN=0`` keeps it out.
+A child of a different interpreter is not judged here: if it can import fl_patch it
+is patched; if not, the bootstrap ``sitecustomize`` says so in the child at its first
+megatron import. ``FL_PATCH_CHILDREN=0`` keeps the wrappers out.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ._errors import FlPatchWarning
 from ._settings import ENV
@@ -39,7 +41,6 @@ __all__ = ["PACKAGE_BOOTSTRAP", "diagnose", "interpreter_flags", "watch"]
 
 PACKAGE_BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
 
-_LAUNCH_EVENTS = frozenset({"subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system"})
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 # Variables whose difference between parent and child changes what is patched.
@@ -61,27 +62,52 @@ _FLAG_CAUSES = {
 
 _bootstrap_dirs: set[str] = set()
 _hooked = False
+# How this process was activated, read when the watch starts: a program may edit
+# os.environ later, which is exactly what makes a child lose the bootstrap.
+_activated_via_pythonpath: bool | None = None
 _warned: set[tuple[str, str]] = set()
 _local = threading.local()
 
 
 def watch(bootstrap_dir: str | None = None) -> None:
-    """Install the audit hook (once); ``bootstrap_dir`` is the directory that activated us."""
-    global _hooked
+    """Wrap the launch functions (once); ``bootstrap_dir`` is the directory that activated us."""
+    global _hooked, _activated_via_pythonpath
     for directory in (bootstrap_dir, PACKAGE_BOOTSTRAP):
         if directory:
             _bootstrap_dirs.add(os.path.realpath(directory))
-    if not _hooked:
-        _hooked = True
-        sys.addaudithook(_audit)
+    if _activated_via_pythonpath is None or not _activated_via_pythonpath:
+        _activated_via_pythonpath = _reaches_through_pythonpath(os.environ)
+    if _hooked:
+        return
+    _hooked = True
+    for name, event in (("execv", "os.exec"), ("execve", "os.exec"), ("posix_spawn", "os.posix_spawn"),
+                        ("posix_spawnp", "os.posix_spawn"), ("system", "os.system")):  # fmt: skip
+        if hasattr(os, name):
+            setattr(os, name, _watched(getattr(os, name), event))
+    try:
+        import _posixsubprocess
+    except ImportError:  # not a POSIX system
+        return
+    _posixsubprocess.fork_exec = _watched(_posixsubprocess.fork_exec, "fork_exec")
 
 
-def _audit(event: str, args: tuple[object, ...]) -> None:
-    if event not in _LAUNCH_EVENTS or getattr(_local, "busy", False):
+def _watched(launch: Callable[..., object], event: str) -> Callable[..., object]:
+    """``launch``, looking at what it starts first (a real function, so it costs nothing elsewhere)."""
+
+    @functools.wraps(launch)
+    def launch_watched(*args: object, **kwargs: object) -> object:
+        _on_launch(event, args, kwargs)
+        return launch(*args, **kwargs)
+
+    return launch_watched
+
+
+def _on_launch(event: str, args: tuple[object, ...], kwargs: Mapping[str, object]) -> None:
+    if getattr(_local, "busy", False):
         return
     _local.busy = True
     try:
-        launch = _launch(event, args)
+        launch = _launch(event, args, kwargs)
         if launch is not None:
             executable, argv, env = launch
             for cause in diagnose(executable, argv, env):
@@ -102,16 +128,21 @@ def _environ(env: object) -> dict[str, str] | None:
     return {_text(k): _text(v) for k, v in env.items()}
 
 
-def _launch(event: str, args: tuple[object, ...]) -> tuple[str, list[str], dict[str, str] | None] | None:
-    """(executable, argv, explicit environment or None) of a launch event."""
+def _launch(
+    event: str, args: tuple[object, ...], kwargs: Mapping[str, object]
+) -> tuple[str, list[str], dict[str, str] | None] | None:
+    """(executable, argv, explicit environment or None) of a launch."""
     if event == "os.system":
-        return _from_shell(_text(args[0]), None)
-    if event == "subprocess.Popen":
-        executable, argv, _cwd, env = args
-    elif event == "os.spawn":
-        _mode, executable, argv, env = args
-    else:  # os.exec, os.posix_spawn
-        executable, argv, env = args
+        return _from_shell(_text(args[0] if args else kwargs.get("command")), None)
+    if event == "fork_exec":  # (args, executable_list, close_fds, pass_fds, cwd, env, ...)
+        argv, executables, env_list = args[0], args[1], args[5]
+        executable = executables[0] if isinstance(executables, (list, tuple)) and executables else None
+        env = None
+        if isinstance(env_list, (list, tuple)):
+            env = dict(_text(item).partition("=")[::2] for item in env_list)
+    else:  # os.exec*, os.posix_spawn*: (path, argv[, env])
+        executable, argv = args[0], args[1]
+        env = args[2] if len(args) > 2 else kwargs.get("env")
     if isinstance(argv, (str, bytes)):
         argv = [argv]
     words = [_text(a) for a in argv] if isinstance(argv, Sequence) else []
@@ -229,7 +260,9 @@ def diagnose(executable: str, argv: Sequence[str], env: Mapping[str, str] | None
     if options is None:
         return []  # not Python, as far as can be told
     flags = interpreter_flags(options)
-    via_pythonpath = _reaches_through_pythonpath(os.environ)
+    via_pythonpath = (
+        _reaches_through_pythonpath(os.environ) if _activated_via_pythonpath is None else _activated_via_pythonpath
+    )
     if not via_pythonpath:
         # Activated by a sitecustomize in a site directory (the template copied into
         # site-packages): -I and -E do not keep site from running it, -S does.
@@ -258,12 +291,14 @@ def _warn(cause: str, executable: str, argv: Sequence[str]) -> None:
 
 
 def _launching_line() -> tuple[str, int]:
-    """The line of the program that started the child (not subprocess.py or os.py)."""
-    skip = {os.path.realpath(__file__), os.path.realpath(subprocess_file())}
+    """The line of the program that started the child (not subprocess, os or multiprocessing)."""
+    skip = {os.path.realpath(__file__), os.path.realpath(subprocess_file()), os.path.realpath(os.__file__)}
+    stdlib_multiprocessing = os.path.join(os.path.dirname(os.path.realpath(os.__file__)), "multiprocessing")
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if os.path.realpath(filename) not in skip and not filename.startswith("<frozen"):
+        real = os.path.realpath(filename)
+        if real not in skip and not filename.startswith("<frozen") and not real.startswith(stdlib_multiprocessing):
             return filename, frame.f_lineno
         frame = frame.f_back
     return "<unknown>", 0

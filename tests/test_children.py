@@ -138,3 +138,14 @@ def test_flags_matter_only_when_activation_comes_through_pythonpath(
     (cause,) = _children.diagnose(sys.executable, [sys.executable, "-I", "-E", "-S", "x.py"], None)
     assert "-S" in cause
     assert _children.diagnose(sys.executable, [sys.executable, "-I", "x.py"], {"PATH": "/bin"}) == []
+
+
+def test_a_spawn_child_whose_environment_lost_the_bootstrap_is_named() -> None:
+    """multiprocessing's spawn start method reaches the launch functions fl_patch watches."""
+    env = clean_env(FL_PATCH_PACKS="none")
+    proc = run([sys.executable, "-m", "fl_patch", str(SUPPORT / "act_spawn_without_bootstrap.py")], env)
+    assert "CHILD spawn False" in proc.stdout  # the child really runs without fl_patch
+    warnings = [line for line in proc.stderr.splitlines() if "FlPatchWarning" in line]
+    assert len(warnings) == 1, proc.stderr
+    assert "no fl_patch bootstrap directory on PYTHONPATH" in warnings[0]
+    assert warnings[0].startswith(f"{SUPPORT / 'act_spawn_without_bootstrap.py'}:")
