@@ -362,3 +362,20 @@ def test_autotuned_attention_at_training_shape(monkeypatch: pytest.MonkeyPatch) 
     case = gems_checks.Case("attention", "bf16", "qkv_slice", (2048, 2048, 1, 16, 4, 128), {"causal": True})
     result = gems_checks.check(case, "cuda")
     assert not result["problems"], _report(result)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        gems_checks.Case("rms_norm", "bf16", "transposed", (2048, 4, 2048)),
+        gems_checks.Case("layer_norm", "bf16", "contiguous", (16384, 4096)),
+        gems_checks.Case("layer_norm", "bf16", "transposed", (2048, 4, 2048), {"bias": False}),
+    ],
+    ids=lambda c: c.id,
+)
+def test_autotuned_norms_at_training_shape(monkeypatch: pytest.MonkeyPatch, case: gems_checks.Case) -> None:
+    # The tuner runs every backward config with its partial-sum reduction (a post-hook):
+    # what it leaves behind must not leak into the result of the call being tuned.
+    monkeypatch.setenv("FL_GEMS_AUTOTUNE", "1")
+    result = gems_checks.check(case, "cuda")
+    assert not result["problems"], _report(result)

@@ -272,7 +272,7 @@ def check(case: Case, device: str) -> dict[str, object]:
         elif case.op == "layer_norm":
             x = _rand(case.dims, dtype, device, layout)
             w = (1.0 + 0.1 * torch.randn(case.dims[-1], device=device)).to(dtype)
-            b = (0.1 * torch.randn(case.dims[-1], device=device)).to(dtype)
+            b = None if ex.get("bias") is False else (0.1 * torch.randn(case.dims[-1], device=device)).to(dtype)
             names = ["y", "dx", "dw", "db"]
             res = _three(ops.layer_norm, ref_layer_norm, [x, w, b], layout, (1e-5,))
         elif case.op == "swiglu":
@@ -289,6 +289,8 @@ def check(case: Case, device: str) -> dict[str, object]:
                 t = _rand((s, b, h, d), dtype, device, layout)
             inv = 1.0 / (10000 ** (torch.arange(0, rot, 2, device=device, dtype=torch.float32) / rot))
             pos = torch.arange(s, device=device, dtype=torch.float32)
+            if ex.get("one_position"):  # freqs [1, 1, 1, rot]: the same angles broadcast to every position
+                pos = torch.full((1,), 7.0, device=device)
             angles = torch.outer(pos, inv)
             freqs = torch.cat((angles, angles), dim=-1)[:, None, None, :]
             if ex.get("interleaved"):
@@ -393,7 +395,10 @@ def gpu_cases() -> list[Case]:
             Case("rope", dtype, "qkv_slice", (37, 3, 5, 128), {"rot": 64}),
             Case("rope", dtype, "transposed", (129, 1, 16, 64), {"interleaved": True}),
             Case("rope", dtype, "transposed", (129, 2, 4, 96), {"rot": 32, "mscale": 1.3}),
+            Case("rope", dtype, "contiguous", (37, 3, 5, 128), {"one_position": True}),
+            Case("rope", dtype, "qkv_slice", (5, 70, 8, 64)),  # 560 (batch, head) rows: five programs a position
         ]
+        cases += [Case("layer_norm", dtype, "transposed", (37, 3, 1000), {"bias": False})]
         cases += [
             Case("attention", dtype, "contiguous", (130, 130, 2, 4, 2, 64), {"causal": True}),
             Case("attention", dtype, "qkv_slice", (257, 257, 1, 8, 2, 128), {"causal": True}),
@@ -443,6 +448,12 @@ def interpret_cases() -> list[Case]:
             Case("cross_entropy", dtype, "transposed", (5, 3, 1000), {"smoothing": 0.1}),
             Case("cross_entropy", dtype, "contiguous", (9, 301), {"bad_target": True}),
         ]
+    cases += [
+        Case("layer_norm", "fp32", "transposed", (5, 3, 37), {"bias": False}),
+        Case("rope", "fp32", "contiguous", (5, 2, 3, 32), {"one_position": True}),
+        # 40 x 13 = 520 (batch, head) rows of an 8-pair half: more than one program's tile (512 rows).
+        Case("rope", "bf16", "qkv_slice", (3, 40, 13, 16)),
+    ]
     return cases
 
 

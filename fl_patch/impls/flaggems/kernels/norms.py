@@ -9,11 +9,12 @@ How: forward, one program normalizes ``BLOCK_M`` rows held whole in registers
 (hidden sizes up to ``MAX_WIDTH``), and saves fp32 rstd (and mean). Backward, a
 persistent grid (``PPS`` programs per multiprocessor): each program strides over
 row tiles, writes dx for each and accumulates its share of dw (and db) in fp32
-registers; the per-program partial sums (a few MB) are reduced by one ``sum``
-afterwards, in a fixed order (deterministic, no atomics). One pass over x and dy,
-one write of dx: the bytes a fused norm must move. Rows per tile, warps and
-programs per multiprocessor are autotuned per width (``FL_GEMS_AUTOTUNE=0``: a
-fixed config).
+registers; the per-program partial sums (at most 4 rows a multiprocessor) are
+reduced by one more kernel, in a fixed order (deterministic, no atomics), which
+also rounds dw (and db) to the weight's dtype. One pass over x and dy, one write
+of dx: the bytes a fused norm must move. Rows per tile, warps and programs per
+multiprocessor are autotuned per width, timing the backward together with the
+reduction its partial sums cost (``FL_GEMS_AUTOTUNE=0``: a fixed config).
 """
 
 from __future__ import annotations
@@ -53,10 +54,10 @@ def _prune(configs: list, named_args: dict, **kwargs: object) -> list:
 
 _FWD_CONFIGS = [triton.Config({"BLOCK_M": m}, num_warps=w) for m in (1, 2, 4, 8, 16) for w in (4, 8, 16)]
 _BWD_CONFIGS = [
-    triton.Config({"BLOCK_M": m, "PPS": p}, num_warps=w) for m in (1, 2, 4, 8) for w in (4, 8, 16) for p in (4, 8)
+    triton.Config({"BLOCK_M": m, "PPS": p}, num_warps=w) for m in (1, 2, 4, 8) for w in (4, 8, 16) for p in (1, 2, 4)
 ]
 _KEY = ["N", "M_BUCKET"]
-_MAX_PPS = 8
+_MAX_PPS = 4
 
 
 @triton.jit
@@ -132,7 +133,7 @@ def _ln_fwd(
 @triton.jit
 def _ln_bwd(
     X, W, DY, DX, MEAN, RSTD, DW_PART, DB_PART, M, N, stride_x, stride_dy, stride_dx, M_BUCKET,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PPS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PPS: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
@@ -156,9 +157,65 @@ def _ln_bwd(
         dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
         tl.store(DX + r64[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         dw += tl.sum(dy * xhat, axis=0)
-        db += tl.sum(dy, axis=0)
+        if HAS_BIAS:
+            db += tl.sum(dy, axis=0)
     tl.store(DW_PART + pid.to(tl.int64) * N + cols, dw, mask=cmask)
-    tl.store(DB_PART + pid.to(tl.int64) * N + cols, db, mask=cmask)
+    if HAS_BIAS:
+        tl.store(DB_PART + pid.to(tl.int64) * N + cols, db, mask=cmask)
+
+
+@triton.jit
+def _sum_parts(
+    PART_A, OUT_A, PART_B, OUT_B, P, N,
+    HAS_B: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+):  # fmt: skip
+    """OUT[c] = sum over p of PART[p, c], in a fixed order, rounded once to OUT's dtype (dw, and db with it)."""
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < N
+    acc_a = tl.zeros([BLOCK_P, BLOCK_C], dtype=tl.float32)
+    acc_b = tl.zeros([BLOCK_P, BLOCK_C], dtype=tl.float32)
+    for start in range(0, P, BLOCK_P):
+        parts = start + tl.arange(0, BLOCK_P)
+        mask = (parts < P)[:, None] & cmask[None, :]
+        offsets = parts.to(tl.int64)[:, None] * N + cols[None, :]
+        acc_a += tl.load(PART_A + offsets, mask=mask, other=0.0)
+        if HAS_B:
+            acc_b += tl.load(PART_B + offsets, mask=mask, other=0.0)
+    tl.store(OUT_A + cols, tl.sum(acc_a, axis=0).to(OUT_A.dtype.element_ty), mask=cmask)
+    if HAS_B:
+        tl.store(OUT_B + cols, tl.sum(acc_b, axis=0).to(OUT_B.dtype.element_ty), mask=cmask)
+
+
+def _reduce_parts(
+    dw_part: torch.Tensor, used: int, dtype: torch.dtype, db_part: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weight (and bias) gradient from the backward's per-program partial sums: one launch."""
+    n = dw_part.shape[1]
+    dw = torch.empty(n, dtype=dtype, device=dw_part.device)
+    db = torch.empty(n, dtype=dtype, device=dw_part.device) if db_part is not None else None
+    # Narrow column blocks, so that even N = 2048 spreads over ~128 programs; all of P
+    # in at most a few loads each (the loop's trips are serial memory latencies).
+    block_c = min(triton.next_power_of_2(n), max(16, min(64, triton.next_power_of_2(n) // 128)))
+    block_p = min(triton.next_power_of_2(max(used, 1)), 128)
+    _sum_parts[(triton.cdiv(n, block_c),)](
+        dw_part, dw, db_part if db_part is not None else dw_part, db if db is not None else dw, used, n,
+        HAS_B=db_part is not None, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=4 if block_p * block_c <= 2048 else 8,
+    )  # fmt: skip
+    return dw, db
+
+
+def _tune_with_reduction(nargs: dict, exception: BaseException | None) -> None:
+    """Autotuner post-hook: time each backward config together with the reduction its partial sums cost.
+
+    More programs per multiprocessor can make the backward kernel itself a little
+    faster while writing (and then reducing) more partial rows; tuning the kernel
+    alone picked configs whose reduction cost more than they saved.
+    """
+    if exception is not None:
+        return
+    dw_part = nargs["DW_PART"]
+    used = _bwd_programs(nargs["M"], nargs, dw_part.device)
+    _reduce_parts(dw_part, used, torch.float32, nargs["DB_PART"] if nargs.get("HAS_BIAS") else None)
 
 
 def _bucket(m: int) -> int:
@@ -180,9 +237,13 @@ def _bwd_programs(m: int, meta: dict, device: torch.device) -> int:
 
 
 _RMS_FWD = triton.autotune(_FWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})(_rms_fwd)
-_RMS_BWD = triton.autotune(_BWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})(_rms_bwd)
+_RMS_BWD = triton.autotune(
+    _BWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune}, post_hook=_tune_with_reduction
+)(_rms_bwd)
 _LN_FWD = triton.autotune(_FWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})(_ln_fwd)
-_LN_BWD = triton.autotune(_BWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})(_ln_bwd)
+_LN_BWD = triton.autotune(
+    _BWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune}, post_hook=_tune_with_reduction
+)(_ln_bwd)
 
 
 class RMSNormFunction(torch.autograd.Function):
@@ -221,7 +282,7 @@ class RMSNormFunction(torch.autograd.Function):
                 x2, weight, dy2, dx, rstd, dw_part, m, n, x2.stride(0), dy2.stride(0), n, _bucket(m),
                 BLOCK_N=triton.next_power_of_2(n),
             )  # fmt: skip
-            dw = dw_part[: _bwd_programs(m, meta, device)].sum(0).to(weight.dtype)
+            dw, _ = _reduce_parts(dw_part, _bwd_programs(m, meta, device), weight.dtype)
         else:
             dw = torch.zeros_like(weight)
         return dx.view(ctx.x_shape), dw if ctx.needs_input_grad[1] else None, None
@@ -258,16 +319,16 @@ class LayerNormFunction(torch.autograd.Function):
         device = x2.device
         parts = max(1, min(m, multiprocessors(device) * _MAX_PPS))
         dw_part = torch.empty((parts, n), dtype=torch.float32, device=device)
-        db_part = torch.empty((parts, n), dtype=torch.float32, device=device)
+        db_part = torch.empty((parts if ctx.has_bias else 1, n), dtype=torch.float32, device=device)
         if m > 0:
             meta = launch(
                 _ln_bwd, _LN_BWD, lambda meta: (_bwd_programs(m, meta, device),), _bwd_default(n),
                 x2, weight, dy2, dx, mean, rstd, dw_part, db_part, m, n, x2.stride(0), dy2.stride(0), n, _bucket(m),
-                BLOCK_N=triton.next_power_of_2(n),
+                HAS_BIAS=ctx.has_bias, BLOCK_N=triton.next_power_of_2(n),
             )  # fmt: skip
-            used = _bwd_programs(m, meta, device)
-            dw = dw_part[:used].sum(0).to(weight.dtype)
-            db = db_part[:used].sum(0).to(weight.dtype) if ctx.has_bias else None
+            dw, db = _reduce_parts(
+                dw_part, _bwd_programs(m, meta, device), weight.dtype, db_part if ctx.has_bias else None
+            )
         else:
             dw = torch.zeros_like(weight)
             db = torch.zeros_like(weight) if ctx.has_bias else None
