@@ -19,7 +19,8 @@ at baseline.py's [16384, 4096]), bf16, forward+backward is timed with
 
 Memory-bound ops also get achieved bandwidth (the fewest bytes a fused fwd+bwd must
 move, over the time) against the device-to-device copy bandwidth measured in the
-same run; attention gets TFLOP/s (causal fwd+bwd = 3.5 x the forward's 2 matmuls,
+same run (2 GiB), and the time one torch copy kernel takes to move that many bytes
+(what a problem of that size costs in a single kernel); attention gets TFLOP/s (causal fwd+bwd = 3.5 x the forward's 2 matmuls,
 halved). GEMMs of the model: torch (cuBLAS) vs FlagGems ``mm``.
 """
 
@@ -111,6 +112,8 @@ def _row(
         entry["ms"] = ms
         if bytes_:
             entry["TBps"] = bytes_ / (ms / 1e3) / 1e12
+            if not DRY:
+                entry["copy_same_bytes_ms"] = _copy_same_bytes_ms(bytes_)
         if flops:
             entry["TFLOPs"] = flops / (ms / 1e3) / 1e12
     except Exception as exc:  # noqa: BLE001  (one implementation failing must not stop the table)
@@ -122,6 +125,23 @@ def _row(
     else:
         shown = entry["error"][:80]
     print(f"  {op:14s} {impl:10s} {shown}", flush=True)
+
+
+_COPY_MS: dict[int, float] = {}
+
+
+def _copy_same_bytes_ms(nbytes: float) -> float:
+    """GPU time of one torch copy kernel moving ``nbytes`` (read + write), as a CUDA graph.
+
+    The reference for an op's size: a 30-60 MB problem pays fixed per-kernel costs that
+    the 2 GiB copy bandwidth does not show (a copy of 8.4 MB ran at 1.5 TB/s on an H200).
+    """
+    key = int(nbytes)
+    if key not in _COPY_MS:
+        src = torch.empty(max(1, key // 4), dtype=BF16, device=DEV)
+        dst = torch.empty_like(src)
+        _COPY_MS[key] = _graph_time(lambda: dst.copy_(src), [])
+    return _COPY_MS[key]
 
 
 def _fwd_bwd(forward: Callable[[], torch.Tensor], grad: torch.Tensor | None = None) -> Callable[[], None]:
@@ -535,13 +555,13 @@ def markdown() -> str:
         "'vs torch' compares graph to graph (eager to eager where a graph could not be captured); "
         "bandwidth and TFLOP/s use the graph time.",
         "",
-        "| op | shape | impl | graph ms | eager ms | vs torch | TB/s | % of copy | TFLOP/s | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| op | shape | impl | graph ms | eager ms | vs torch | TB/s | % of copy | same-bytes copy ms | TFLOP/s | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base = {(r["op"], r["shape"]): r for r in RESULTS["ops"] if r["impl"] == "torch"}
     for r in RESULTS["ops"]:
         if "ms" not in r:
-            lines.append(f"| {r['op']} | {r['shape']} | {r['impl']} | error | | | | | | {r['error'][:60]} |")
+            lines.append(f"| {r['op']} | {r['shape']} | {r['impl']} | error | | | | | | | {r['error'][:60]} |")
             continue
         t = base.get((r["op"], r["shape"]), {})
         if "graph_ms" in r and "graph_ms" in t:
@@ -554,7 +574,8 @@ def markdown() -> str:
         note = r["note"] + (f" graph: {r['graph_error'][:40]}" if "graph_error" in r else "")
         lines.append(
             f"| {r['op']} | {r['shape']} | {r['impl']} | {_fmt(r.get('graph_ms'), '.3f')} | {r['eager_ms']:.3f} "
-            f"| {speed} | {_fmt(r.get('TBps'), '.2f')} | {pct} | {_fmt(r.get('TFLOPs'), '.0f')} | {note} |"
+            f"| {speed} | {_fmt(r.get('TBps'), '.2f')} | {pct} | {_fmt(r.get('copy_same_bytes_ms'), '.3f')} "
+            f"| {_fmt(r.get('TFLOPs'), '.0f')} | {note} |"
         )
     if RESULTS["gemm"]:
         lines += ["", "| GEMM (bf16) | M x N x K | torch (cuBLAS) TFLOP/s | FlagGems mm TFLOP/s |", "|---|---|---|---|"]

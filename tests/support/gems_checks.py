@@ -396,7 +396,7 @@ def gpu_cases() -> list[Case]:
             Case("rope", dtype, "transposed", (129, 1, 16, 64), {"interleaved": True}),
             Case("rope", dtype, "transposed", (129, 2, 4, 96), {"rot": 32, "mscale": 1.3}),
             Case("rope", dtype, "contiguous", (37, 3, 5, 128), {"one_position": True}),
-            Case("rope", dtype, "qkv_slice", (5, 70, 8, 64)),  # 560 (batch, head) rows: five programs a position
+            Case("rope", dtype, "qkv_slice", (5, 70, 8, 64)),  # 560 (batch, head) rows: 18 programs a position
         ]
         cases += [Case("layer_norm", dtype, "transposed", (37, 3, 1000), {"bias": False})]
         cases += [
@@ -451,7 +451,7 @@ def interpret_cases() -> list[Case]:
     cases += [
         Case("layer_norm", "fp32", "transposed", (5, 3, 37), {"bias": False}),
         Case("rope", "fp32", "contiguous", (5, 2, 3, 32), {"one_position": True}),
-        # 40 x 13 = 520 (batch, head) rows of an 8-pair half: more than one program's tile (512 rows).
+        # 40 x 13 = 520 (batch, head) rows of 16 rotated channels: five programs a position (128 rows a tile).
         Case("rope", "bf16", "qkv_slice", (3, 40, 13, 16)),
     ]
     return cases
