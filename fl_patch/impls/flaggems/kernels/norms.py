@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import launch, multiprocessors, rows
+from . import graph_timed, launch, multiprocessors, rows
 
 __all__ = ["MAX_WIDTH", "LayerNormFunction", "RMSNormFunction", "layer_norm", "rms_norm"]
 
@@ -237,13 +237,14 @@ def _bwd_programs(m: int, meta: dict, device: torch.device) -> int:
     return max(1, min(triton.cdiv(m, meta["BLOCK_M"]), multiprocessors(device) * meta["PPS"]))
 
 
-_RMS_FWD = triton.autotune(_FWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})(_rms_fwd)
+_PRUNE = {"early_config_prune": _prune}
+_RMS_FWD = triton.autotune(_FWD_CONFIGS, key=_KEY, prune_configs_by=_PRUNE, do_bench=graph_timed)(_rms_fwd)
 _RMS_BWD = triton.autotune(
-    _BWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune}, post_hook=_tune_with_reduction
+    _BWD_CONFIGS, key=_KEY, prune_configs_by=_PRUNE, post_hook=_tune_with_reduction, do_bench=graph_timed
 )(_rms_bwd)
-_LN_FWD = triton.autotune(_FWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})(_ln_fwd)
+_LN_FWD = triton.autotune(_FWD_CONFIGS, key=_KEY, prune_configs_by=_PRUNE, do_bench=graph_timed)(_ln_fwd)
 _LN_BWD = triton.autotune(
-    _BWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune}, post_hook=_tune_with_reduction
+    _BWD_CONFIGS, key=_KEY, prune_configs_by=_PRUNE, post_hook=_tune_with_reduction, do_bench=graph_timed
 )(_ln_bwd)
 
 

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import launch
+from . import graph_timed, launch
 
 __all__ = ["RotaryFunction", "rotary"]
 
@@ -74,7 +74,7 @@ def _rope(
 
 
 _CONFIGS = [triton.Config({}, num_warps=w) for w in (4, 2, 8)]  # 2 or 4 won on an H200; 8 was 1.5x slower
-_TUNED = triton.autotune(_CONFIGS, key=["BH", "H", "D", "ROT_HALF"])(_rope)
+_TUNED = triton.autotune(_CONFIGS, key=["BH", "H", "D", "ROT_HALF"], do_bench=graph_timed)(_rope)
 # Rotated elements of one program's tile: a whole position's (batch, head) rows when they
 # fit. On an H200 at [2048, 4, 16, 128], 2048 beat 4096 and 8192 (23.3 vs 24.0/23.5 us).
 _TILE = 2048
