@@ -86,6 +86,8 @@ def graph_timed(kernel_call: Callable[[], None], quantiles: list[float] | None =
     same: the tuner then picks by noise (seen on an H200: RMSNorm at [8192, 2048] took
     59 us with one pick, 79 us with another). Here ``calls`` calls, each after an L2
     flush, are captured in one CUDA graph; a graph of the flushes alone is subtracted.
+    Backward kernels are tuned on autograd's thread: the capture is thread-local, so
+    other threads' CUDA calls (DDP hooks, data loading) neither break it nor are broken.
     """
     flush = torch.empty(_L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     stream = torch.cuda.Stream()
@@ -93,11 +95,11 @@ def graph_timed(kernel_call: Callable[[], None], quantiles: list[float] | None =
     with torch.cuda.stream(stream):
         kernel_call()  # compiles outside the capture
         with_calls, flushes_only = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-        with torch.cuda.graph(with_calls, stream=stream):
+        with torch.cuda.graph(with_calls, stream=stream, capture_error_mode="thread_local"):
             for _ in range(calls):
                 flush.zero_()
                 kernel_call()
-        with torch.cuda.graph(flushes_only, stream=stream):
+        with torch.cuda.graph(flushes_only, stream=stream, capture_error_mode="thread_local"):
             for _ in range(calls):
                 flush.zero_()
         times = []
