@@ -56,21 +56,32 @@ def test_torchrun_workers_on_real_megatron_each_report_the_patch(tmp_path: Path)
     report_file = tmp_path / "report.jsonl"
     args = [sys.executable, "-m", "fl_patch", "--registry", "act_megatron_registry", "--report-file", str(report_file)]
     args += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(SUPPORT / "act_torchrun.py")]
-    ranks = {r["rank"]: r for r in reports(run(args, env, cwd=tmp_path).stdout)}
-    assert set(ranks) == {0, 1}
+    proc = run(args, env, cwd=tmp_path)
+    # Every assertion below carries the job's output and exit reports: a failure of a
+    # multi-process run must say what each process printed.
+    seen = f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+    ranks = {r["rank"]: r for r in reports(proc.stdout)}
+    assert set(ranks) == {0, 1}, seen
     for rank, report in ranks.items():
-        assert report["world"] == 2 and report["installed"], rank
-        assert report["divide"] == ["patched", 2] and report["status"] == "applied" and not report["late"], rank
-        assert report["gathered"] == [["patched", 2], ["patched", 2]]  # each rank saw the other patched too
+        assert report["world"] == 2 and report["installed"], (rank, report, seen)
+        assert report["divide"] == ["patched", 2] and report["status"] == "applied" and not report["late"], (
+            rank,
+            report,
+            seen,
+        )
+        assert report["gathered"] == [["patched", 2], ["patched", 2]], (rank, report, seen)  # saw the other patched
     # The exit report of every process: the agent (which never imports megatron) and both workers.
-    exits = [json.loads(line) for line in report_file.read_text().splitlines()]
+    text = report_file.read_text()
+    seen += f"\n--- exit reports\n{text[-4000:]}"
+    exits = [json.loads(line) for line in text.splitlines()]
     workers = [e for e in exits if e["rank"] is not None]
-    assert sorted(int(e["rank"]) for e in workers) == [0, 1]
+    assert sorted(int(e["rank"]) for e in workers) == [0, 1], seen
     for entry in workers:
         divide = next(r for r in entry["records"] if r["target"] == "megatron.core.utils.divide")
-        assert divide["status"] == "applied" and divide["calls"] == 1
-    (agent,) = [e for e in exits if e["rank"] is None]
-    assert all(r["status"] == "waiting" for r in agent["records"])
+        assert divide["status"] == "applied" and divide["calls"] == 1, (divide, seen)
+    agents = [e for e in exits if e["rank"] is None]
+    assert len(agents) == 1, seen
+    assert all(r["status"] == "waiting" for r in agents[0]["records"]), seen
 
 
 def test_plain_torchrun_with_the_template_on_pythonpath(tmp_path: Path) -> None:
