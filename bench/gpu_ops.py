@@ -20,8 +20,8 @@ at baseline.py's [16384, 4096]), bf16, forward+backward is timed with
 Memory-bound ops also get achieved bandwidth (the fewest bytes a fused fwd+bwd must
 move, over the time) against the device-to-device copy bandwidth measured in the
 same run (2 GiB), and the time one torch copy kernel takes to move that many bytes
-(what a problem of that size costs in a single kernel); attention gets TFLOP/s (causal fwd+bwd = 3.5 x the forward's 2 matmuls,
-halved). GEMMs of the model: torch (cuBLAS) vs FlagGems ``mm``.
+(what a problem of that size costs in a single kernel); attention gets TFLOP/s (causal
+fwd+bwd = 3.5 x the forward's 2 matmuls, halved). GEMMs of the model: torch (cuBLAS) vs FlagGems ``mm``.
 """
 
 from __future__ import annotations
