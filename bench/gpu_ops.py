@@ -328,6 +328,45 @@ def bench_rope(liger) -> None:
     torch.cuda.empty_cache()
 
 
+def bench_qkv_rope() -> None:
+    """Query and key of the fused QKV projection rotated, value split off, forward and backward.
+
+    What megatron's attention does around RoPE: the split path (``torch.split``, the
+    query's reshape, which copies, RoPE of query and key, the gradients' concatenation)
+    upstream and with the pack's RoPE, against the pack's one-launch function that
+    ``fused_single_qkv_rope=True`` uses.
+    """
+    from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_bshd
+
+    s, b, hq, hkv, d = SEQ, MBS, HQ, HKV, HEAD
+    group = hq // hkv
+    mixed = torch.randn(s, b, hkv, (group + 2) * d, device=DEV, dtype=BF16, requires_grad=True)
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2, device=DEV, dtype=torch.float32) / d))
+    angles = torch.outer(torch.arange(s, device=DEV, dtype=torch.float32), inv)
+    freqs = torch.cat((angles, angles), -1)[:, None, None, :]
+    grads = [torch.randn(s, b, n, d, device=DEV, dtype=BF16) for n in (hq, hkv, hkv)]
+    nbytes = 4 * mixed.numel() * 2
+    shape = f"[{s}, {b}, {hkv}, ({group}+2)x{d}]"
+
+    def split_path(rotate: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], None]:
+        def run() -> None:
+            q, k, v = torch.split(mixed, [group * d, d, d], dim=3)
+            q = q.reshape(s, b, hq, d)
+            torch.autograd.backward([rotate(q), rotate(k), v], grads)
+
+        return run
+
+    def fused() -> None:
+        torch.autograd.backward(list(ops.fused_qkv_rotary(mixed, freqs, freqs, group, d, False)), grads)
+
+    _row("qkv_rope", shape, "torch", split_path(lambda t: _apply_rotary_pos_emb_bshd(t, freqs)), [mixed],
+         bytes_=nbytes, note="upstream split path")  # fmt: skip
+    _row("qkv_rope", shape, "ours (split)", split_path(lambda t: ops.rotary(t, freqs, 1.0, False)), [mixed],
+         bytes_=nbytes, note="split path, the pack's RoPE")  # fmt: skip
+    _row("qkv_rope", shape, "ours", fused, [mixed], bytes_=nbytes, note="fused_single_qkv_rope=True")
+    torch.cuda.empty_cache()
+
+
 def bench_attention(gems: bool) -> None:
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.enums import AttnMaskType
@@ -622,7 +661,7 @@ def main() -> int:
     gems = _has_gems()
     sections = {
         "norms": lambda: bench_norms(liger, gems), "swiglu": lambda: bench_swiglu(liger, gems),
-        "rope": lambda: bench_rope(liger), "attention": lambda: bench_attention(gems),
+        "rope": lambda: bench_rope(liger), "qkv_rope": bench_qkv_rope, "attention": lambda: bench_attention(gems),
         "softmax": lambda: bench_softmax(liger), "cross_entropy": lambda: bench_cross_entropy(liger, gems),
         "gemm": lambda: bench_gemm(gems),
         "attention_flaggems": (lambda: bench_attention_flaggems()) if gems else (lambda: None),

@@ -269,6 +269,62 @@ def test_rope_matches_upstream(megatron_parallel, dtype, interleaved) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fused_qkv_rope_matches_the_split_path_of_upstream_attention(megatron_parallel, dtype) -> None:
+    """A SelfAttention upstream built: fused_single_qkv_rope=True served by the pack's one-launch
+    function, against the split path with upstream's own RoPE (no fl_patch engine in this file)."""
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer import attention as attention_module
+    from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.enums import AttnMaskType
+
+    from fl_patch.impls.flaggems import rope
+
+    cfg = _config(dtype)
+    module = SelfAttention(
+        cfg,
+        SelfAttentionSubmodules(
+            linear_qkv=ColumnParallelLinear, core_attention=DotProductAttention, linear_proj=RowParallelLinear
+        ),
+        layer_number=1,
+        attn_mask_type=AttnMaskType.causal,
+    ).cuda()
+    emb = RotaryEmbedding(kv_channels=32, rotary_percent=1.0)(257)
+    hidden = torch.randn(257, 2, 256, device="cuda", dtype=dtype)
+    grad = torch.randn(257, 2, 256, device="cuda", dtype=dtype)
+    had_flag = attention_module.HAVE_FUSED_QKV_ROPE
+    had_function = getattr(attention_module, "apply_fused_qkv_rotary_pos_emb", None)
+    calls = []
+
+    def counting(*args: object) -> object:
+        calls.append(args[0].shape)
+        return rope.apply_fused_qkv_rotary_pos_emb(*args)
+
+    results = []
+    try:
+        attention_module.apply_fused_qkv_rotary_pos_emb = counting
+        for fused in (True, False):
+            cfg.fused_single_qkv_rope = fused
+            attention_module.HAVE_FUSED_QKV_ROPE = fused
+            module.zero_grad(set_to_none=True)
+            h = hidden.clone().requires_grad_(True)
+            out, _ = module(h, attention_mask=None, rotary_pos_emb=(emb, emb))
+            out.backward(grad)
+            results.append([out, h.grad, module.linear_qkv.weight.grad])
+    finally:
+        cfg.fused_single_qkv_rope = False
+        attention_module.HAVE_FUSED_QKV_ROPE = had_flag
+        if had_function is None:
+            del attention_module.apply_fused_qkv_rotary_pos_emb
+        else:
+            attention_module.apply_fused_qkv_rotary_pos_emb = had_function
+    assert calls == [torch.Size([257, 2, 2, 6 * 32])]  # the fused run took the unsplit path, once
+    for i, (a, b) in enumerate(zip(*results, strict=True)):
+        _close(a, b, dtype, f"attention tensor {i}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_cross_entropy_matches_upstream(megatron_parallel, dtype, smoothing) -> None:
     from megatron.core.tensor_parallel import cross_entropy as upstream

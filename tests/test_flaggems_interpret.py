@@ -42,8 +42,8 @@ def test_every_kernel_forward_and_backward_against_torch_autograd(run_python) ->
     cases, summary = _results(proc.stdout)
     assert proc.returncode == 0 and not _failures(cases), _failures(cases) or proc.stderr[-3000:]
     ops = {c["id"].split("[")[0] for c in cases}
-    assert ops == {"rms_norm", "layer_norm", "swiglu", "rope", "attention", "softmax", "cross_entropy"}
-    assert summary == {"cases": len(cases), "failed": 0} and len(cases) == 31
+    assert ops == {"rms_norm", "layer_norm", "swiglu", "rope", "qkv_rope", "attention", "softmax", "cross_entropy"}
+    assert summary == {"cases": len(cases), "failed": 0} and len(cases) == 33
 
 
 @pytest.mark.parametrize(
@@ -69,7 +69,7 @@ def test_pack_inside_real_megatron_core(run_python) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["ok"] and len(result["targets"]) == 8
+    assert result["ok"] and len(result["targets"]) == 10
 
 
 _REDUCE_SNIPPET = """

@@ -28,10 +28,10 @@ def test_registry_imports_no_torch_triton_flag_gems_or_megatron(run_python) -> N
     code = (
         "import sys, json; import fl_patch.impls.flaggems.registry as r; "
         "print(json.dumps({'heavy': sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('torch', 'triton', 'flag_gems', 'megatron')), 'n': len(r.PATCHES)}))"
+        "('torch', 'triton', 'flag_gems', 'megatron')), 'n': len(r.PATCHES) + len(r.CREATED)}))"
     )
     out = json.loads(run_python("-c", code).stdout)
-    assert out == {"heavy": [], "n": 8}
+    assert out == {"heavy": [], "n": 10}
 
 
 def test_flaggems_first_then_the_detected_platform() -> None:
@@ -43,12 +43,14 @@ def test_flaggems_first_then_the_detected_platform() -> None:
 @pytest.fixture
 def pack(megatron_core, engine, monkeypatch: pytest.MonkeyPatch):
     """The pack's registrations (FL_PATCH_PACKS=none keeps the shipped registry out of the engine fixture)."""
-    from fl_patch.impls.flaggems.registry import FLAGGEMS, PATCHES
+    from fl_patch.impls.flaggems.registry import CREATED, FLAGGEMS, PATCHES
 
     for target, impl in PATCHES:
         fl_patch.register(target, impl, vendor=FLAGGEMS)
+    for target, impl in CREATED:
+        fl_patch.register(target, impl, vendor=FLAGGEMS, create=True)
     _runtime.reset_fallbacks()
-    yield PATCHES
+    yield PATCHES + CREATED
     _runtime.reset_fallbacks()
 
 

@@ -118,6 +118,20 @@ def ref_rope(t: torch.Tensor, freqs: torch.Tensor, mscale: float, interleaved: b
     return torch.cat((t_rot * cos + rotated * sin, t_pass), dim=-1)
 
 
+def ref_qkv_rope(
+    mixed: torch.Tensor, q_freqs: torch.Tensor, k_freqs: torch.Tensor, g: int, hn: int, interleaved: bool
+) -> torch.Tensor:
+    """megatron-core 0.19.2's split path: split the fused QKV, reshape the query, RoPE query and key.
+
+    The three results are returned flattened into one tensor (one output gradient for the checks).
+    """
+    s, b, ng, _ = mixed.shape
+    q, k, v = torch.split(mixed, [g * hn, hn, hn], dim=3)
+    q = ref_rope(q.reshape(s, b, ng * g, hn), q_freqs, 1.0, interleaved)
+    k = ref_rope(k, k_freqs, 1.0, interleaved)
+    return torch.cat([q.flatten(), k.flatten(), v.flatten()])
+
+
 def ref_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
     """Upstream ``DotProductAttention`` math: repeat K/V, scores, fp32 softmax with -10000 mask, probs in q's dtype."""
     sq, hq = q.shape[0], q.shape[2]
@@ -306,6 +320,27 @@ def check(case: Case, device: str) -> dict[str, object]:
                 (mscale, interleaved),
                 const=frozenset({1}),
             )
+        elif case.op == "qkv_rope":
+            s, b, ng, g, hn = case.dims
+            rot = int(ex.get("rot", hn))
+            mixed = _rand((s, b, ng, (g + 2) * hn), dtype, device, layout)
+            inv = 1.0 / (10000 ** (torch.arange(0, rot, 2, device=device, dtype=torch.float32) / rot))
+            interleaved = bool(ex.get("interleaved", False))
+
+            def angles(offset: float) -> torch.Tensor:  # query and key at different positions: not mixed up
+                a = torch.outer(torch.arange(s, device=device, dtype=torch.float32) + offset, inv)
+                a = a.repeat_interleave(2, dim=-1) if interleaved else torch.cat((a, a), dim=-1)
+                return a[:, None, None, :]
+
+            q_freqs, k_freqs = angles(0.0), angles(5.0)
+            names = ["qkv", "dmixed", "dq_freqs (none)", "dk_freqs (none)"]
+
+            def ours_qkv(m_, qf_, kf_, g_, hn_, i_):
+                q_, k_, v_ = ops.fused_qkv_rotary(m_, qf_, kf_, g_, hn_, i_)
+                return torch.cat([q_.flatten(), k_.flatten(), v_.flatten()])
+
+            res = _three(ours_qkv, ref_qkv_rope, [mixed, q_freqs, k_freqs], "flat", (g, hn, interleaved),
+                         const=frozenset({1, 2}))  # fmt: skip
         elif case.op == "attention":
             sq, sk, b, hq, hkv, d = case.dims
             causal = bool(ex.get("causal", True))
@@ -397,6 +432,9 @@ def gpu_cases() -> list[Case]:
             Case("rope", dtype, "transposed", (129, 2, 4, 96), {"rot": 32, "mscale": 1.3}),
             Case("rope", dtype, "contiguous", (37, 3, 5, 128), {"one_position": True}),
             Case("rope", dtype, "qkv_slice", (5, 70, 8, 64)),  # 560 (batch, head) rows: 18 programs a position
+            Case("qkv_rope", dtype, "sliced", (37, 3, 4, 4, 128)),
+            Case("qkv_rope", dtype, "contiguous", (129, 2, 2, 3, 96), {"rot": 64, "interleaved": True}),
+            Case("qkv_rope", dtype, "transposed", (7, 40, 8, 2, 64)),  # 40 x 8 x 4 rows: 40 programs a position
         ]
         cases += [Case("layer_norm", dtype, "transposed", (37, 3, 1000), {"bias": False})]
         cases += [
@@ -449,6 +487,8 @@ def interpret_cases() -> list[Case]:
             Case("cross_entropy", dtype, "contiguous", (9, 301), {"bad_target": True}),
         ]
     cases += [
+        Case("qkv_rope", "bf16", "sliced", (5, 2, 3, 2, 16)),
+        Case("qkv_rope", "fp32", "transposed", (4, 3, 2, 3, 24), {"rot": 16, "interleaved": True}),
         Case("layer_norm", "fp32", "transposed", (5, 3, 37), {"bias": False}),
         Case("rope", "fp32", "contiguous", (5, 2, 3, 32), {"one_position": True}),
         # 40 x 13 = 520 (batch, head) rows of 16 rotated channels: five programs a position (128 rows a tile).

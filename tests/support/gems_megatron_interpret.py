@@ -122,6 +122,61 @@ def main() -> None:
     for i, (a, b) in enumerate(zip(*outs, strict=True)):
         close(a, b, f"rope tensor {i}", 1e-6)
 
+    # Fused QKV RoPE: a SelfAttention upstream built, with fused_single_qkv_rope on (the pack's
+    # one-launch function, which megatron refuses to use without TE) and off (the split path).
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
+
+    assert attention_module.HAVE_FUSED_QKV_ROPE is True
+    fused_fn = attention_module.apply_fused_qkv_rotary_pos_emb
+    assert fused_fn.__module__ == "fl_patch.impls.flaggems.rope"
+    self_attention = SelfAttention(
+        cfg,
+        SelfAttentionSubmodules(
+            linear_qkv=ColumnParallelLinear, core_attention=DotProductAttention, linear_proj=RowParallelLinear
+        ),
+        layer_number=1,
+        attn_mask_type=AttnMaskType.causal,
+    )
+    emb = RotaryEmbedding(kv_channels=16, rotary_percent=1.0, use_cpu_initialization=True)(11)
+    hidden = torch.randn(11, 2, 64)
+    out_grad = torch.randn(11, 2, 64, generator=torch.Generator().manual_seed(4))
+    calls: list[tuple] = []
+
+    def counting(*args: object, **kwargs: object) -> object:
+        calls.append(tuple(a.shape if isinstance(a, torch.Tensor) else a for a in args))
+        return fused_fn(*args, **kwargs)
+
+    attention_module.apply_fused_qkv_rotary_pos_emb = counting
+    outs = []
+    try:
+        for fused in (True, False):
+            cfg.fused_single_qkv_rope = fused
+            self_attention.zero_grad(set_to_none=True)
+            h = hidden.clone().requires_grad_(True)
+            out, _ = self_attention(h, attention_mask=None, rotary_pos_emb=(emb, emb))
+            out.backward(out_grad)
+            outs.append([out, h.grad, self_attention.linear_qkv.weight.grad, self_attention.linear_qkv.bias.grad])
+    finally:
+        attention_module.apply_fused_qkv_rotary_pos_emb = fused_fn
+        cfg.fused_single_qkv_rope = False
+    assert len(calls) == 1 and calls[0][0] == (11, 2, 2, 4 * 16), calls  # the fused path ran once, unsplit
+    for i, (a, b) in enumerate(zip(*outs, strict=True)):
+        close(a, b, f"fused qkv rope vs split, tensor {i}")
+    # What it does not cover: float64 runs the split fallback (said once); context parallelism raises.
+    reset_fallbacks()
+    mixed64 = torch.randn(11, 2, 2, 4 * 16, dtype=torch.float64)
+    got64 = fused_fn(mixed64, emb, emb, [32, 16, 16])
+    got32 = fused_fn(mixed64.float(), emb, emb, [32, 16, 16])
+    for i, (a, b) in enumerate(zip(got64, got32, strict=True)):
+        close(a, b, f"fused qkv rope fallback, tensor {i}")
+    assert FALLBACKS == {("qkv_rope", "dtype torch.float64"): 1}, FALLBACKS
+    try:
+        fused_fn(mixed64.float(), emb, emb, [32, 16, 16], cp_size=2)
+        raise AssertionError("cp_size=2 was accepted")
+    except NotImplementedError as exc:
+        assert "apply_fused_qkv_rotary_pos_emb" in str(exc) and "cp_size=2" in str(exc), exc
+
     # Core attention: no mask (causal type), and an explicit causal mask, against float64.
     attn = DotProductAttention(cfg, 1, AttnMaskType.causal, "self")
     mixed = torch.randn(11, 2, 2, 4 * 16, dtype=torch.float32)

@@ -46,6 +46,7 @@ BACKENDS: dict[str, tuple[str, ...]] = {
     "layer_norm": ("triton", "flaggems"),
     "swiglu": ("triton", "flaggems"),
     "rope": ("triton",),
+    "qkv_rope": ("triton",),  # megatron's fused_single_qkv_rope path (FlagGems 5.0.2 has none)
     "attention": ("triton",),  # FlagGems 5.0.2's: always-causal backward, illegal memory access on H200
     "softmax": ("triton",),
     "cross_entropy": ("triton",),  # FlagGems 5.0.2's: bf16 loss, other semantics off-vocab, crash on strided rows

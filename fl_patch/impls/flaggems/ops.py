@@ -50,6 +50,15 @@ def rotary(t: torch.Tensor, freqs: torch.Tensor, mscale: float, interleaved: boo
     return impl(t, freqs, mscale, interleaved)
 
 
+def fused_qkv_rotary(
+    mixed: torch.Tensor, q_freqs: torch.Tensor, k_freqs: torch.Tensor, g: int, hn: int, interleaved: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Query and key of a fused QKV tensor rotated, value split off, in one launch (this project's kernel)."""
+    from .kernels.rope import fused_qkv_rotary as impl
+
+    return impl(mixed, q_freqs, k_freqs, g, hn, interleaved)
+
+
 def attention_reason(sq: int, sk: int, causal: bool, head_dim: int) -> str | None:
     """None if the chosen attention backend takes this call, else why not."""
     if head_dim > 256:

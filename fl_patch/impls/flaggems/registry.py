@@ -40,7 +40,19 @@ PATCHES: tuple[tuple[str, str], ...] = (
         "megatron.core.fusions.fused_cross_entropy.fused_vocab_parallel_cross_entropy",
         f"{_PACK}.cross_entropy.fused_vocab_parallel_cross_entropy",
     ),
+    # megatron's fused_single_qkv_rope path: the flag attention.py reads to take it (only a
+    # config that asks for the path does; nothing changes otherwise)
+    ("megatron.core.transformer.attention.HAVE_FUSED_QKV_ROPE", f"{_PACK}.rope.HAVE_FUSED_QKV_ROPE"),
+)
+# Names the pack adds to a megatron module where they are absent (TE's function, without TE).
+CREATED: tuple[tuple[str, str], ...] = (
+    (
+        "megatron.core.transformer.attention.apply_fused_qkv_rotary_pos_emb",
+        f"{_PACK}.rope.apply_fused_qkv_rotary_pos_emb",
+    ),
 )
 
 for _target, _impl in PATCHES:
     register(target=_target, impl=_impl, vendor=FLAGGEMS)
+for _target, _impl in CREATED:
+    register(target=_target, impl=_impl, vendor=FLAGGEMS, create=True)

@@ -20,6 +20,28 @@ Upstream reference: megatron-core 0.19.2
 ``megatron/core/models/common/embeddings/rope_utils.py`` (``apply_rotary_pos_emb``,
 ``_apply_rotary_pos_emb_bshd``).
 When to drop: when upstream's unfused RoPE is one kernel, or TE's fused RoPE is used.
+
+Fused QKV RoPE (``apply_fused_qkv_rotary_pos_emb``, ``HAVE_FUSED_QKV_ROPE``):
+
+Why: with ``TransformerConfig.fused_single_qkv_rope=True`` megatron's attention
+keeps the QKV projection unsplit and hands it to TE's
+``apply_fused_qkv_rotary_pos_emb`` (query and key rotated, value split off, in one
+kernel each way); without TE it refuses the option ("fused_single_qkv_rope
+requested but not available"). The split path it falls back to pays a copy of the
+query (its reshape of a strided slice), one RoPE launch for the query and one for
+the key, and a concatenation of the three gradients in backward.
+How: ``attention.apply_fused_qkv_rotary_pos_emb`` is provided (created where TE is
+absent) with TE's signature, and ``attention.HAVE_FUSED_QKV_ROPE`` is set so
+megatron takes the path when the config asks for it (nothing changes otherwise).
+Forward and backward are one Triton launch each. As with TE, the frequencies are
+used as given (megatron passes no mscale and no interleaving on this path).
+Falls back to the split computation (upstream's ``_apply_rotary_pos_emb_bshd``),
+saying why once, for other dtypes, input not on CUDA, or triton missing; raises for
+what neither supports here (``bshd``/``thd`` layouts, ``start_positions``,
+context parallelism).
+Upstream reference: megatron-core 0.19.2 ``megatron/core/transformer/attention.py``
+(``Attention.forward``, the ``split_qkv`` decision and ``HAVE_FUSED_QKV_ROPE``).
+When to drop: when TE (with its fused QKV RoPE) is installed and preferred.
 """
 
 from __future__ import annotations
@@ -31,9 +53,18 @@ import fl_patch
 from . import ops
 from ._runtime import fallback, kernel_unavailable
 
-__all__ = ["TARGET", "apply_rotary_pos_emb"]
+__all__ = [
+    "FUSED_QKV_TARGET",
+    "HAVE_FUSED_QKV_ROPE",
+    "TARGET",
+    "apply_fused_qkv_rotary_pos_emb",
+    "apply_rotary_pos_emb",
+]
 
 TARGET = "megatron.core.models.common.embeddings.rope_utils.apply_rotary_pos_emb"
+FUSED_QKV_TARGET = "megatron.core.transformer.attention.apply_fused_qkv_rotary_pos_emb"
+# What megatron's attention reads to know the fused QKV RoPE function exists.
+HAVE_FUSED_QKV_ROPE = True
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -74,3 +105,84 @@ def apply_rotary_pos_emb(
         fallback("rope", reason)
         return fl_patch.original(TARGET)(t, freqs, config, cu_seqlens, mscale, cp_group, mla_rotary_interleaved)
     return ops.rotary(t, freqs, float(mscale), bool(config.rotary_interleaved))
+
+
+def apply_fused_qkv_rotary_pos_emb(
+    qkv: torch.Tensor,
+    q_freqs: torch.Tensor,
+    k_freqs: torch.Tensor,
+    qkv_split_arg_list: list[int],
+    tensor_format: str = "sbhd",
+    start_positions: torch.Tensor | None = None,
+    interleaved: bool = False,
+    cp_size: int = 1,
+    cp_rank: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """TE's ``apply_fused_qkv_rotary_pos_emb`` for the sbhd training path megatron uses.
+
+    ``qkv`` [s, b, ng, (g + 2) * hn] split by ``qkv_split_arg_list`` = [g * hn, hn, hn];
+    returns query [s, b, ng * g, hn] and key [s, b, ng, hn] rotated, value [s, b, ng, hn].
+    """
+    unsupported = _fused_unsupported(qkv, q_freqs, k_freqs, qkv_split_arg_list, tensor_format, start_positions, cp_size)
+    if unsupported is not None:
+        raise NotImplementedError(f"fl_patch FlagGems pack, {FUSED_QKV_TARGET}: {unsupported}")
+    hn = int(qkv_split_arg_list[1])
+    g = int(qkv_split_arg_list[0]) // hn
+    reason = _fused_reason(qkv, q_freqs, k_freqs)
+    if reason is not None:
+        fallback("qkv_rope", reason)
+        return _split_then_rotate(qkv, q_freqs, k_freqs, g, hn, interleaved)
+    return ops.fused_qkv_rotary(qkv, q_freqs, k_freqs, g, hn, bool(interleaved))
+
+
+def _fused_unsupported(
+    qkv: torch.Tensor,
+    q_freqs: torch.Tensor,
+    k_freqs: torch.Tensor,
+    split: list[int],
+    tensor_format: str,
+    start_positions: torch.Tensor | None,
+    cp_size: int,
+) -> str | None:
+    """Why this call can be served neither by the kernel nor by the split fallback, or None."""
+    if tensor_format != "sbhd":
+        return f"tensor_format={tensor_format!r} (only 'sbhd', what megatron passes)"
+    if start_positions is not None:
+        return "start_positions (inference offsets)"
+    if cp_size != 1:
+        return f"cp_size={cp_size} (context parallelism)"
+    if qkv.dim() != 4 or len(split) != 3 or split[1] != split[2] or split[1] <= 0 or split[0] % split[1]:
+        return (
+            f"qkv of shape {tuple(qkv.shape)} split as {list(split)} (need [s, b, ng, (g + 2) * hn], [g * hn, hn, hn])"
+        )
+    if qkv.shape[-1] != sum(split):
+        return f"qkv's last dimension {qkv.shape[-1]} != sum of the split {list(split)}"
+    for name, freqs in (("q_freqs", q_freqs), ("k_freqs", k_freqs)):
+        rot = freqs.shape[-1]
+        if freqs.dim() != 4 or freqs.shape[1] != 1 or freqs.shape[2] != 1 or rot % 2 or rot > split[1]:
+            return f"{name} of shape {tuple(freqs.shape)} for head dim {split[1]}"
+        if freqs.shape[0] not in (1,) and freqs.shape[0] < qkv.shape[0]:
+            return f"{name} has {freqs.shape[0]} positions for a sequence of {qkv.shape[0]}"
+    return None
+
+
+def _fused_reason(qkv: torch.Tensor, q_freqs: torch.Tensor, k_freqs: torch.Tensor) -> str | None:
+    if qkv.dtype not in _DTYPES:
+        return f"dtype {qkv.dtype}"
+    if q_freqs.requires_grad or k_freqs.requires_grad:
+        return "freqs require grad"
+    return kernel_unavailable(qkv, q_freqs, k_freqs)
+
+
+def _split_then_rotate(
+    qkv: torch.Tensor, q_freqs: torch.Tensor, k_freqs: torch.Tensor, g: int, hn: int, interleaved: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What megatron's split path computes, with upstream's unfused RoPE (the fallback)."""
+    from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_bshd
+
+    s, b, ng, _ = qkv.shape
+    query, key, value = torch.split(qkv, [g * hn, hn, hn], dim=3)
+    query = query.reshape(s, b, ng * g, hn)
+    query = _apply_rotary_pos_emb_bshd(query, q_freqs[:s], rotary_interleaved=interleaved)
+    key = _apply_rotary_pos_emb_bshd(key, k_freqs[:s], rotary_interleaved=interleaved)
+    return query, key, value
