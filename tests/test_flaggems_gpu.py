@@ -273,23 +273,12 @@ def test_fused_qkv_rope_matches_the_split_path_of_upstream_attention(megatron_pa
     """A SelfAttention upstream built: fused_single_qkv_rope=True served by the pack's one-launch
     function, against the split path with upstream's own RoPE (no fl_patch engine in this file)."""
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
-    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
     from megatron.core.transformer import attention as attention_module
-    from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
-    from megatron.core.transformer.dot_product_attention import DotProductAttention
-    from megatron.core.transformer.enums import AttnMaskType
 
     from fl_patch.impls.flaggems import rope
 
     cfg = _config(dtype)
-    module = SelfAttention(
-        cfg,
-        SelfAttentionSubmodules(
-            linear_qkv=ColumnParallelLinear, core_attention=DotProductAttention, linear_proj=RowParallelLinear
-        ),
-        layer_number=1,
-        attn_mask_type=AttnMaskType.causal,
-    ).cuda()
+    module = gems_checks.local_self_attention(cfg).cuda()
     emb = RotaryEmbedding(kv_channels=32, rotary_percent=1.0)(257)
     hidden = torch.randn(257, 2, 256, device="cuda", dtype=dtype)
     grad = torch.randn(257, 2, 256, device="cuda", dtype=dtype)

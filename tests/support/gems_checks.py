@@ -132,6 +132,19 @@ def ref_qkv_rope(
     return torch.cat([q.flatten(), k.flatten(), v.flatten()])
 
 
+def local_self_attention(config: object) -> torch.nn.Module:
+    """A causal SelfAttention built from megatron's local-spec pieces (linear QKV, core attention, projection)."""
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.enums import AttnMaskType
+
+    submodules = SelfAttentionSubmodules(
+        linear_qkv=ColumnParallelLinear, core_attention=DotProductAttention, linear_proj=RowParallelLinear
+    )
+    return SelfAttention(config, submodules, layer_number=1, attn_mask_type=AttnMaskType.causal)
+
+
 def ref_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
     """Upstream ``DotProductAttention`` math: repeat K/V, scores, fp32 softmax with -10000 mask, probs in q's dtype."""
     sq, hq = q.shape[0], q.shape[2]

@@ -28,7 +28,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gems_checks import ref_attention  # noqa: E402
+from gems_checks import local_self_attention, ref_attention  # noqa: E402
 
 log_stream = io.StringIO()
 handler = logging.StreamHandler(log_stream)
@@ -125,19 +125,11 @@ def main() -> None:
     # Fused QKV RoPE: a SelfAttention upstream built, with fused_single_qkv_rope on (the pack's
     # one-launch function, which megatron refuses to use without TE) and off (the split path).
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
-    from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
 
     assert attention_module.HAVE_FUSED_QKV_ROPE is True
     fused_fn = attention_module.apply_fused_qkv_rotary_pos_emb
     assert fused_fn.__module__ == "fl_patch.impls.flaggems.rope"
-    self_attention = SelfAttention(
-        cfg,
-        SelfAttentionSubmodules(
-            linear_qkv=ColumnParallelLinear, core_attention=DotProductAttention, linear_proj=RowParallelLinear
-        ),
-        layer_number=1,
-        attn_mask_type=AttnMaskType.causal,
-    )
+    self_attention = local_self_attention(cfg)
     emb = RotaryEmbedding(kv_channels=16, rotary_percent=1.0, use_cpu_initialization=True)(11)
     hidden = torch.randn(11, 2, 64)
     out_grad = torch.randn(11, 2, 64, generator=torch.Generator().manual_seed(4))
