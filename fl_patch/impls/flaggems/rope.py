@@ -161,7 +161,7 @@ def _fused_unsupported(
         rot = freqs.shape[-1]
         if freqs.dim() != 4 or freqs.shape[1] != 1 or freqs.shape[2] != 1 or rot % 2 or rot > split[1]:
             return f"{name} of shape {tuple(freqs.shape)} for head dim {split[1]}"
-        if freqs.shape[0] not in (1,) and freqs.shape[0] < qkv.shape[0]:
+        if freqs.shape[0] != 1 and freqs.shape[0] < qkv.shape[0]:
             return f"{name} has {freqs.shape[0]} positions for a sequence of {qkv.shape[0]}"
     return None
 
