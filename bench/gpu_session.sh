@@ -4,12 +4,12 @@
 # curves). Each stage has its own time limit so one failure or hang still leaves the
 # others' results. Results go to $OUT (at most 8 files come back):
 #   log (the caller tees stdout there), ops.json, ops.md, e2e_upstream.json,
-#   e2e_pack.json, tests.xml, curves.json
+#   e2e_pack.json, e2e_pack_fused.json, tests.xml, curves.json
 # Run as (wheels carried in .whl, see shared/device/README.md):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH || exit
 #   set -o pipefail; bash bench/gpu_session.sh 2>&1 | tee $OUT/log
-# GEMS_STAGES (default "tests ops e2e") picks stages; GEMS_PYTEST_K is pytest's -k expression
+# GEMS_STAGES (default "tests ops e2e e2e_fused") picks stages; GEMS_PYTEST_K is pytest's -k expression
 # (e.g. "loss_curves or other_mask"); GEMS_PYTEST_ARGS adds other pytest args (word-split).
 # The GPU tests are compile-bound (each case specializes kernels anew: about 6 s a test in
 # one process), so they run in GEMS_TEST_WORKERS pytest-xdist workers (default 12).
@@ -18,7 +18,7 @@ OUT=${OUT:-/tmp/gems_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export PYTHONWARNINGS="ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning"
-STAGES=${GEMS_STAGES:-tests ops e2e}
+STAGES=${GEMS_STAGES:-tests ops e2e e2e_fused}
 BUDGET=${GEMS_BUDGET_S:-0}  # >0: skip a stage that would not fit in what is left of this many seconds
 START=$SECONDS
 stage() {
@@ -39,7 +39,7 @@ python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__ver
 for s in $STAGES; do
   case $s in
     ops)
-      stage ops timeout 160 python3 bench/gpu_ops.py --out "$OUT/ops.json" --md "$OUT/ops.md" ${GEMS_OPS_ARGS:-}
+      stage ops timeout 200 python3 bench/gpu_ops.py --out "$OUT/ops.json" --md "$OUT/ops.md" ${GEMS_OPS_ARGS:-}
       ;;
     e2e)
       fits 60 e2e || continue
@@ -47,6 +47,10 @@ for s in $STAGES; do
       left=120
       [ "$BUDGET" -le 0 ] || left=$((BUDGET - (SECONDS - START)))
       [ "$left" -gt 5 ] && stage e2e_pack env MG_FL_PREFER=flaggems timeout "$left" python3 tests/support/gems_gpt.py --mode throughput --out "$OUT/e2e_pack.json"
+      ;;
+    e2e_fused)  # the pack with megatron's fused_single_qkv_rope path (query and key rotated in one launch)
+      fits 40 e2e_fused || continue
+      stage e2e_pack_fused env MG_FL_PREFER=flaggems timeout 120 python3 tests/support/gems_gpt.py --mode throughput --fused-qkv-rope --out "$OUT/e2e_pack_fused.json"
       ;;
     tests)
       stage tests env GEMS_CURVE_OUT="$OUT/curves.json" timeout ${GEMS_TEST_TIMEOUT:-200} python3 -m pytest tests/test_flaggems_gpu.py \

@@ -81,6 +81,11 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=None)
     parser.add_argument("--seq", type=int, default=None)
     parser.add_argument("--mbs", type=int, default=None)
+    parser.add_argument(
+        "--fused-qkv-rope",
+        action="store_true",
+        help="TransformerConfig(fused_single_qkv_rope=True): needs TE or the pack",
+    )
     args = parser.parse_args()
     curve = args.mode == "curve"
     layers = args.layers or (4 if curve else 16)
@@ -113,6 +118,7 @@ def main() -> int:
         add_bias_linear=False, bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
         bias_activation_fusion=False, masked_softmax_fusion=False, apply_rope_fusion=False,
         gradient_accumulation_fusion=False, bias_dropout_fusion=False, attention_dropout=0.0, hidden_dropout=0.0,
+        fused_single_qkv_rope=args.fused_qkv_rope,
     )  # fmt: skip
     model = GPTModel(
         config=cfg,
@@ -170,6 +176,7 @@ def main() -> int:
     out = {
         "mode": args.mode,
         "pack": os.environ.get("MG_FL_PREFER", "") == "flaggems" and fl_patch.is_installed(),
+        "fused_qkv_rope": args.fused_qkv_rope,
         "params": n_params,
         "layers": layers,
         "hidden": hidden,

@@ -213,6 +213,38 @@ def main() -> None:
     for i, (a, b) in enumerate(zip(*outs, strict=True)):
         close(a, b, f"cross entropy tensor {i}")
 
+    # A whole GPTModel (local spec, 2 layers): fused_single_qkv_rope on and off, same loss and gradients.
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+
+    calls.clear()
+    attention_module.apply_fused_qkv_rotary_pos_emb = counting
+    tokens = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(5))
+    position_ids = torch.arange(16).unsqueeze(0).expand(2, 16)
+    runs = []
+    try:
+        for fused in (True, False):
+            torch.manual_seed(6)
+            gpt_cfg = TransformerConfig(
+                num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=2, ffn_hidden_size=96,
+                normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False,
+                bias_activation_fusion=False, masked_softmax_fusion=False, apply_rope_fusion=False,
+                gradient_accumulation_fusion=False, attention_dropout=0.0, hidden_dropout=0.0,
+                use_cpu_initialization=True, fused_single_qkv_rope=fused,
+            )  # fmt: skip
+            gpt = GPTModel(
+                config=gpt_cfg, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+                vocab_size=128, max_sequence_length=16, position_embedding_type="rope",
+            )  # fmt: skip
+            loss = gpt(tokens, position_ids, None, labels=tokens).float().mean()
+            loss.backward()
+            runs.append([loss.detach(), *[p.grad for p in gpt.parameters()]])
+    finally:
+        attention_module.apply_fused_qkv_rotary_pos_emb = fused_fn
+    assert len(calls) == 2, calls  # one fused call per layer, in the fused run only
+    for i, (a, b) in enumerate(zip(*runs, strict=True)):
+        close(a, b, f"GPT fused vs split, tensor {i}")
+
     # A call the pack does not cover: upstream runs, counted each time, logged once.
     reset_fallbacks()
     x64 = torch.randn(4, 64, dtype=torch.float64)
