@@ -75,6 +75,7 @@ def test_pack_inside_real_megatron_core(run_python) -> None:
 _REDUCE_SNIPPET = """
 import json, torch
 from fl_patch.impls.flaggems.kernels.norms import _reduce_parts
+torch.manual_seed(0)
 out = []
 for parts, width, used in ((1500, 37, 1500), (528, 70, 300), (3, 5, 1)):
     a = torch.randn(parts, width)
@@ -82,10 +83,13 @@ for parts, width, used in ((1500, 37, 1500), (528, 70, 300), (3, 5, 1)):
     dw, db = _reduce_parts(a, used, torch.bfloat16, b)
     (dw_only, none) = _reduce_parts(a, used, torch.float32)
     ref_a, ref_b = a[:used].double().sum(0), b[:used].double().sum(0)
+    # fp32 summation error bound of a tree (within a load) plus a few trips: (log2(1024) + 6) eps sum|a|
+    bound = (16 * 2.0**-24 * a[:used].double().abs().sum(0))
     out.append({
         "dw": (dw.double() - ref_a).abs().max().item() / ref_a.abs().max().item(),
         "db": (db.double() - ref_b).abs().max().item() / ref_b.abs().max().item(),
-        "fp32": (dw_only.double() - ref_a).abs().max().item(), "dtype": str(dw.dtype), "none": none is None,
+        "fp32_over_bound": ((dw_only.double() - ref_a).abs() / bound).max().item(),
+        "dtype": str(dw.dtype), "none": none is None,
     })
 print(json.dumps(out))
 """
@@ -100,5 +104,7 @@ def test_norm_weight_gradient_reduction_over_many_partial_rows(run_python) -> No
     assert len(results) == 3
     for r in results:
         assert r["dtype"] == "torch.bfloat16" and r["none"]
-        assert r["dw"] < 8e-3 and r["db"] < 8e-3  # bf16 rounding of the sum: 2**-8 relative
-        assert r["fp32"] < 1e-4
+        # bf16 rounding of the sum: under 2**-7 relative (triton 3.6's interpreter truncates fp32 to
+        # bf16, seen here: 1 + 2**-8 + 2**-12 became 1.0; torch and the GPU round to nearest)
+        assert r["dw"] < 8e-3 and r["db"] < 8e-3
+        assert r["fp32_over_bound"] <= 1.0
