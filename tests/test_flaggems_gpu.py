@@ -424,3 +424,57 @@ def test_autotuned_norms_at_training_shape(monkeypatch: pytest.MonkeyPatch, case
     monkeypatch.setenv("FL_GEMS_AUTOTUNE", "1")
     result = gems_checks.check(case, "cuda")
     assert not result["problems"], _report(result)
+
+
+@pytest.mark.parametrize("fan_in", [2, 8])
+@pytest.mark.parametrize("kind", ["rms", "ln"])
+def test_norm_backward_fold_is_deterministic_with_programs_racing(kind: str, fan_in: int) -> None:
+    # The in-launch fold of dw (and db) with 4 programs a multiprocessor at the GPT's shape:
+    # hundreds of programs take tickets in whatever order the GPU runs them; the sum must
+    # not depend on it (bitwise equal over 30 runs), must equal the separate reduction
+    # kernel's to fp32 rounding, and must leave every counter at zero.
+    from fl_patch.impls.flaggems.kernels import multiprocessors, norms
+
+    torch.manual_seed(0)
+    m, n = 8192, 2048
+    device = torch.device("cuda")
+    x = torch.randn(m, n, device=device, dtype=torch.bfloat16)
+    dy = torch.randn(m, n, device=device, dtype=torch.bfloat16)
+    w = torch.randn(n, device=device)
+    mean = x.float().mean(-1)
+    rstd = torch.rsqrt((x.float() - mean[:, None]).pow(2).mean(-1) + 1e-5)
+    if kind == "rms":
+        mean = torch.zeros_like(mean)
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-5)
+    programs = multiprocessors(device) * 4
+    counters = torch.zeros(2 * (programs + 16), dtype=torch.int32, device=device)
+
+    def run(fold: bool) -> tuple[torch.Tensor, ...]:
+        dx = torch.empty_like(x)
+        part = torch.full((2 * programs + 16, n), float("nan"), device=device)
+        db_part = torch.full_like(part, float("nan"))
+        dw, db = torch.empty_like(w), torch.empty_like(w)
+        meta = dict(BLOCK_M=4, BLOCK_N=n, PPS=4, FOLD=fold, FAN_IN=fan_in, num_warps=16)
+        if kind == "rms":
+            norms._rms_bwd[(programs,)](x, w, dy, dx, rstd, part, dw, counters, m, n, n, n, n, m, **meta)
+            if not fold:
+                dw, _ = norms._reduce_parts(part, programs, w.dtype)
+            return dx, dw
+        norms._ln_bwd[(programs,)](
+            x, w, dy, dx, mean, rstd, part, db_part, dw, db, counters, counters[programs + 16 :],
+            m, n, n, n, n, m, HAS_BIAS=True, **meta,
+        )  # fmt: skip
+        if not fold:
+            dw, db = norms._reduce_parts(part, programs, w.dtype, db_part)
+        return dx, dw, db
+
+    first = run(True)
+    for attempt in range(30):
+        again = run(True)
+        assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True)), f"run {attempt + 1} differs"
+    assert int(counters.abs().sum()) == 0
+    separate = run(False)
+    assert torch.equal(first[0], separate[0])
+    for folded, reduced in zip(first[1:], separate[1:], strict=True):
+        assert torch.isfinite(folded).all()
+        assert (folded - reduced).abs().max().item() <= 1e-5 * reduced.abs().max().item()
