@@ -9,7 +9,7 @@
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH || exit
 #   set -o pipefail; bash bench/gpu_session.sh 2>&1 | tee $OUT/log
-# GEMS_STAGES (default "tests ops e2e e2e_fused") picks stages; GEMS_PYTEST_K is pytest's -k expression
+# GEMS_STAGES (default "tests ops e2e e2e_fused") picks stages; GEMS_OPS_TIMEOUT (default 200 s) bounds the op bench; GEMS_PYTEST_K is pytest's -k expression
 # (e.g. "loss_curves or other_mask"); GEMS_PYTEST_ARGS adds other pytest args (word-split).
 # The GPU tests are compile-bound (each case specializes kernels anew: about 6 s a test in
 # one process), so they run in GEMS_TEST_WORKERS pytest-xdist workers (default 12).
@@ -39,7 +39,7 @@ python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__ver
 for s in $STAGES; do
   case $s in
     ops)
-      stage ops timeout 200 python3 bench/gpu_ops.py --out "$OUT/ops.json" --md "$OUT/ops.md" ${GEMS_OPS_ARGS:-}
+      stage ops timeout ${GEMS_OPS_TIMEOUT:-200} python3 bench/gpu_ops.py --out "$OUT/ops.json" --md "$OUT/ops.md" ${GEMS_OPS_ARGS:-}
       ;;
     e2e)
       fits 60 e2e || continue
