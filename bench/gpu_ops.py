@@ -45,7 +45,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from fl_patch.impls.flaggems import ops
 from fl_patch.impls.flaggems._runtime import use_backend
-from fl_patch.impls.flaggems.kernels import norms
 
 DEV = "cuda"
 BF16 = torch.bfloat16
@@ -198,33 +197,6 @@ def _has_gems() -> bool:
         return False
 
 
-def _backward_config(tuner: object) -> str:
-    """How the autotuned norm backward reduces dw: folded in its own launch, or by a second kernel."""
-    config = getattr(tuner, "best_config", None)
-    if config is None:
-        return ""
-    kw = config.kwargs
-    how = f"dw folded in launch (fan-in {kw['FAN_IN']})" if kw["FOLD"] else "dw by a 2nd kernel"
-    return f"bwd: {how}, {kw['BLOCK_M']} rows/tile, {kw['PPS']} programs/SM, {config.num_warps} warps"
-
-
-class _separate_reduction:
-    """Within it, the norm backward's tuner may only pick configs that reduce dw in a second kernel (the A/B)."""
-
-    def __init__(self, tuner: object) -> None:
-        self.tuner = tuner
-
-    def __enter__(self) -> None:
-        self.saved = (self.tuner.configs, dict(self.tuner.cache))
-        self.tuner.configs = [c for c in self.tuner.configs if not c.kwargs["FOLD"]]
-        self.tuner.cache.clear()
-
-    def __exit__(self, *exc: object) -> None:
-        self.tuner.configs, cache = self.saved
-        self.tuner.cache.clear()
-        self.tuner.cache.update(cache)
-
-
 def bench_norms(liger, gems: bool) -> None:
     for rows, width in NORM_SHAPES:
         _bench_norms_at(rows, width, liger, gems)
@@ -240,11 +212,6 @@ def _bench_norms_at(rows: int, width: int, liger, gems: bool) -> None:
     shape = f"[{rows}, {width}]"
     _row("rms_norm", shape, "torch", _fwd_bwd(lambda: F.rms_norm(x, (width,), w, 1e-5), dy), [x, w], bytes_=nbytes)
     _row("rms_norm", shape, "ours", _fwd_bwd(lambda: ops.rms_norm(x, w, 1e-5), dy), [x, w], bytes_=nbytes)
-    RESULTS["ops"][-1]["note"] = _backward_config(norms._RMS_BWD)
-    if not DRY:
-        with _separate_reduction(norms._RMS_BWD):
-            _row("rms_norm", shape, "ours, 2 kernels", _fwd_bwd(lambda: ops.rms_norm(x, w, 1e-5), dy), [x, w],
-                 bytes_=nbytes, note=_backward_config(norms._RMS_BWD))  # fmt: skip
     if gems:
         with use_backend("rms_norm", "flaggems"):
             _row("rms_norm", shape, "flaggems", _fwd_bwd(lambda: ops.rms_norm(x, w, 1e-5), dy), [x, w], bytes_=nbytes)
@@ -274,7 +241,6 @@ def _bench_norms_at(rows: int, width: int, liger, gems: bool) -> None:
             [x, w, b],
             bytes_=nbytes,
         )
-        RESULTS["ops"][-1]["note"] = _backward_config(norms._LN_BWD)
         if gems:
             with use_backend("layer_norm", "flaggems"):
                 _row(
