@@ -341,7 +341,11 @@ def check(case: Case, device: str) -> dict[str, object]:
             interleaved = bool(ex.get("interleaved", False))
 
             def angles(offset: float) -> torch.Tensor:  # query and key at different positions: not mixed up
-                a = torch.outer(torch.arange(s, device=device, dtype=torch.float32) + offset, inv)
+                positions = torch.arange(s, device=device, dtype=torch.float32) + offset
+                if ex.get("distinct_angles"):  # both channels of a pair at their own angle (upstream allows it)
+                    every = 1.0 / (10000 ** (torch.arange(rot, device=device, dtype=torch.float32) / rot))
+                    return torch.outer(positions, every)[:, None, None, :]
+                a = torch.outer(positions, inv)
                 a = a.repeat_interleave(2, dim=-1) if interleaved else torch.cat((a, a), dim=-1)
                 return a[:, None, None, :]
 
@@ -448,6 +452,7 @@ def gpu_cases() -> list[Case]:
             Case("qkv_rope", dtype, "sliced", (37, 3, 4, 4, 128)),
             Case("qkv_rope", dtype, "contiguous", (129, 2, 2, 3, 96), {"rot": 64, "interleaved": True}),
             Case("qkv_rope", dtype, "transposed", (7, 40, 8, 2, 64)),  # 40 x 8 x 4 rows: 40 programs a position
+            Case("qkv_rope", dtype, "contiguous", (33, 3, 2, 2, 80), {"rot": 48, "distinct_angles": True}),
         ]
         cases += [Case("layer_norm", dtype, "transposed", (37, 3, 1000), {"bias": False})]
         cases += [
@@ -502,6 +507,8 @@ def interpret_cases() -> list[Case]:
     cases += [
         Case("qkv_rope", "bf16", "sliced", (5, 2, 3, 2, 16)),
         Case("qkv_rope", "fp32", "transposed", (4, 3, 2, 3, 24), {"rot": 16, "interleaved": True}),
+        Case("qkv_rope", "fp32", "contiguous", (3, 2, 2, 1, 20), {"rot": 12, "distinct_angles": True}),
+        Case("qkv_rope", "fp32", "sliced", (3, 2, 1, 2, 16), {"interleaved": True, "distinct_angles": True}),
         Case("layer_norm", "fp32", "transposed", (5, 3, 37), {"bias": False}),
         Case("rope", "fp32", "contiguous", (5, 2, 3, 32), {"one_position": True}),
         # 40 x 13 = 520 (batch, head) rows of 16 rotated channels: five programs a position (128 rows a tile).

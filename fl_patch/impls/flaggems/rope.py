@@ -171,6 +171,8 @@ def _fused_reason(qkv: torch.Tensor, q_freqs: torch.Tensor, k_freqs: torch.Tenso
         return f"dtype {qkv.dtype}"
     if q_freqs.requires_grad or k_freqs.requires_grad:
         return "freqs require grad"
+    if q_freqs.shape[-1] != k_freqs.shape[-1]:
+        return "query and key rotary widths differ"
     return kernel_unavailable(qkv, q_freqs, k_freqs)
 
 

@@ -17,6 +17,14 @@ Measured (H200, bf16, q [2048, 4, 16, 128] from a fused QKV + k of 4 heads, forw
 and backward): 57-60 us for the four calls. Each kernel runs at or faster than a
 torch copy of the same bytes (k: 10.6 us, a copy of those 8.4 MB: 11.1 us), so what
 is left is the fixed cost of four launches, not the kernel.
+
+The fused QKV variant (megatron's ``fused_single_qkv_rope``) rotates query and key
+and splits off value in one launch each way. It reads each rotated pair as two
+contiguous runs (rotate-half: the two halves; interleaved: the whole run, split
+into even and odd channels in registers) rather than gathering each channel's
+partner: on the H200 a first version with partner gathers took 51 + 61 us
+(forward + backward) at [2048, 4, 4 groups, (4 + 2) x 128] where a torch copy of
+the same bytes takes 50 us for both (``docs/gpu_runs_h200/``).
 """
 
 from __future__ import annotations
@@ -149,96 +157,162 @@ def _qkv_rows(r, G, NG):
 
 
 @triton.jit
-def _qkv_coefficients(
-    QF, KF, s, stride_qf, stride_kf, e, ROT_HALF_Q, ROT_HALF_K, is_q, is_k, BACKWARD: tl.constexpr,
-    INTERLEAVED: tl.constexpr,
-):  # fmt: skip
-    """Per (row, channel): query rows use the query angles, key rows the key's; value rows and
-    channels past the rotary width pass through (cos 1, sin 0, partner itself)."""
-    cq, sq, pq = _coefficients(QF, s, stride_qf, e, ROT_HALF_Q, 1.0, BACKWARD, INTERLEAVED)
-    ck, sk, pk = _coefficients(KF, s, stride_kf, e, ROT_HALF_K, 1.0, BACKWARD, INTERLEAVED)
-    rot_q = is_q[:, None] & (e < 2 * ROT_HALF_Q)[None, :]
-    rot_k = is_k[:, None] & (e < 2 * ROT_HALF_K)[None, :]
-    cos = tl.where(rot_q, cq[None, :], tl.where(rot_k, ck[None, :], 1.0))
-    sin = tl.where(rot_q, sq[None, :], tl.where(rot_k, sk[None, :], 0.0))
-    partner = tl.where(rot_q, pq[None, :], tl.where(rot_k, pk[None, :], e[None, :]))
-    return cos, sin, partner
+def _pair_angles(F, s, stride_fs, ROT_HALF, HALF: tl.constexpr, INTERLEAVED: tl.constexpr):
+    """Angles of the two channels of each rotated pair: (first, second), [HALF] each.
+
+    A pair is (i, i + ROT_HALF) for rotate-half, (2i, 2i + 1) interleaved; both are
+    loaded as whole contiguous runs and separated in registers (no gathers).
+    """
+    if INTERLEAVED:
+        e = tl.arange(0, 2 * HALF)
+        f = tl.load(F + s * stride_fs + e, mask=e < 2 * ROT_HALF, other=0.0).to(tl.float32)
+        f1, f2 = tl.split(tl.reshape(f, (HALF, 2)))
+    else:
+        e = tl.arange(0, HALF)
+        f1 = tl.load(F + s * stride_fs + e, mask=e < ROT_HALF, other=0.0).to(tl.float32)
+        f2 = tl.load(F + s * stride_fs + ROT_HALF + e, mask=e < ROT_HALF, other=0.0).to(tl.float32)
+    return f1, f2
+
+
+@triton.jit
+def _row_coefficients(
+    QF, KF, s, stride_qf, stride_kf, ROT_HALF, is_q, is_k, HALF: tl.constexpr, INTERLEAVED: tl.constexpr
+):
+    """cos and sin of both channels of each pair, per row: query rows by the query's angles, key rows by the key's."""
+    q1, q2 = _pair_angles(QF, s, stride_qf, ROT_HALF, HALF, INTERLEAVED)
+    k1, k2 = _pair_angles(KF, s, stride_kf, ROT_HALF, HALF, INTERLEAVED)
+    q_row = is_q[:, None]
+    c1 = tl.where(q_row, tl.cos(q1)[None, :], tl.cos(k1)[None, :])
+    s1 = tl.where(q_row, tl.sin(q1)[None, :], tl.sin(k1)[None, :])
+    c2 = tl.where(q_row, tl.cos(q2)[None, :], tl.cos(k2)[None, :])
+    s2 = tl.where(q_row, tl.sin(q2)[None, :], tl.sin(k2)[None, :])
+    return c1, s1, c2, s2
+
+
+@triton.jit
+def _load_pairs(ptr, mask, ROT_HALF, HALF: tl.constexpr, INTERLEAVED: tl.constexpr):
+    """The rotated channels of rows ``ptr`` [R, 1] as (first, second) of each pair, fp32 [R, HALF] each."""
+    if INTERLEAVED:
+        e = tl.arange(0, 2 * HALF)
+        x = tl.load(ptr + e[None, :], mask=mask & (e < 2 * ROT_HALF)[None, :], other=0.0).to(tl.float32)
+        x1, x2 = tl.split(tl.reshape(x, (x.shape[0], HALF, 2)))
+    else:
+        e = tl.arange(0, HALF)
+        m = mask & (e < ROT_HALF)[None, :]
+        x1 = tl.load(ptr + e[None, :], mask=m, other=0.0).to(tl.float32)
+        x2 = tl.load(ptr + ROT_HALF + e[None, :], mask=m, other=0.0).to(tl.float32)
+    return x1, x2
+
+
+@triton.jit
+def _store_pairs(ptr, x1, x2, mask, ROT_HALF, HALF: tl.constexpr, INTERLEAVED: tl.constexpr):
+    """Inverse of ``_load_pairs``: write (first, second) of each pair back to the rows ``ptr``."""
+    dtype = ptr.dtype.element_ty
+    if INTERLEAVED:
+        e = tl.arange(0, 2 * HALF)
+        x = tl.reshape(tl.join(x1, x2), (x1.shape[0], 2 * HALF))
+        tl.store(ptr + e[None, :], x.to(dtype), mask=mask & (e < 2 * ROT_HALF)[None, :])
+    else:
+        e = tl.arange(0, HALF)
+        m = mask & (e < ROT_HALF)[None, :]
+        tl.store(ptr + e[None, :], x1.to(dtype), mask=m)
+        tl.store(ptr + ROT_HALF + e[None, :], x2.to(dtype), mask=m)
 
 
 @triton.jit
 def _qkv_rope_fwd(
-    MIXED, QF, KF, Q, K, V, B, NG, G, HN, ROT_HALF_Q, ROT_HALF_K,
-    stride_ms, stride_mb, stride_mg, stride_qf, stride_kf,
-    INTERLEAVED: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr,
+    MIXED, QF, KF, Q, K, V, B, NG, G, HN, ROT_HALF, stride_ms, stride_mb, stride_mg, stride_qf, stride_kf, ROWS,
+    INTERLEAVED: tl.constexpr, BLOCK_R: tl.constexpr, HALF: tl.constexpr, BLOCK_P: tl.constexpr,
+    HAS_PASS: tl.constexpr,
 ):  # fmt: skip
     s = tl.program_id(0).to(tl.int64)
     r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)  # (batch, group, slot) rows of this position
-    rmask = r < B * NG * (G + 2)
+    rmask = (r < ROWS)[:, None]
     b, g, slot = _qkv_rows(r, G, NG)
     is_q = slot < G
     is_k = slot == G
-    e = tl.arange(0, BLOCK_E)
-    cos, sin, partner = _qkv_coefficients(
-        QF, KF, s, stride_qf, stride_kf, e, ROT_HALF_Q, ROT_HALF_K, is_q, is_k, False, INTERLEAVED
-    )
-    mask = rmask[:, None] & (e < HN)[None, :]
+    rotated = (is_q | is_k)[:, None]
+    c1, s1, c2, s2 = _row_coefficients(QF, KF, s, stride_qf, stride_kf, ROT_HALF, is_q, is_k, HALF, INTERLEAVED)
     src = MIXED + (s * stride_ms + b * stride_mb + g * stride_mg + slot * HN)[:, None]
-    x = tl.load(src + e[None, :], mask=mask, other=0.0).to(tl.float32)
-    x_partner = tl.load(src + partner, mask=mask, other=0.0).to(tl.float32)
-    y = x * cos + x_partner * sin
-    # Three contiguous outputs: query [s, b, NG*G, HN], key and value [s, b, NG, HN].
-    q_row = ((s * B + b) * NG + g) * G + slot
+    x1, x2 = _load_pairs(src, rmask, ROT_HALF, HALF, INTERLEAVED)
+    # Value rows pass through untouched (a where, not a rotation by angle 0: inf * 0 would be NaN).
+    y1 = tl.where(rotated, x1 * c1 - x2 * s1, x1)
+    y2 = tl.where(rotated, x2 * c2 + x1 * s2, x2)
+    # Three contiguous outputs: query [s, b, NG*G, HN], key and value [s, b, NG, HN]. One
+    # masked store each: a mask constant along a row keeps the stores vectorized.
     kv_row = (s * B + b) * NG + g
-    tl.store(Q + (q_row * HN)[:, None] + e[None, :], y.to(Q.dtype.element_ty), mask=mask & is_q[:, None])
-    tl.store(K + (kv_row * HN)[:, None] + e[None, :], y.to(K.dtype.element_ty), mask=mask & is_k[:, None])
-    is_v = slot == G + 1
-    tl.store(V + (kv_row * HN)[:, None] + e[None, :], y.to(V.dtype.element_ty), mask=mask & is_v[:, None])
+    q_dst = Q + ((kv_row * G + slot) * HN)[:, None]
+    k_dst = K + (kv_row * HN)[:, None]
+    v_dst = V + (kv_row * HN)[:, None]
+    m_q, m_k, m_v = rmask & is_q[:, None], rmask & is_k[:, None], rmask & (slot == G + 1)[:, None]
+    _store_pairs(q_dst, y1, y2, m_q, ROT_HALF, HALF, INTERLEAVED)
+    _store_pairs(k_dst, y1, y2, m_k, ROT_HALF, HALF, INTERLEAVED)
+    _store_pairs(v_dst, y1, y2, m_v, ROT_HALF, HALF, INTERLEAVED)
+    if HAS_PASS:  # channels past the rotary width, and the whole value head past it
+        p = 2 * ROT_HALF + tl.arange(0, BLOCK_P)
+        pmask = (p < HN)[None, :]
+        x = tl.load(src + p[None, :], mask=rmask & pmask, other=0.0)
+        tl.store(q_dst + p[None, :], x, mask=m_q & pmask)
+        tl.store(k_dst + p[None, :], x, mask=m_k & pmask)
+        tl.store(v_dst + p[None, :], x, mask=m_v & pmask)
 
 
 @triton.jit
 def _qkv_rope_bwd(
-    DQ, DK, DV, QF, KF, DMIXED, B, NG, G, HN, ROT_HALF_Q, ROT_HALF_K, stride_qf, stride_kf,
-    INTERLEAVED: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr,
+    DQ, DK, DV, QF, KF, DMIXED, B, NG, G, HN, ROT_HALF, stride_qf, stride_kf, ROWS,
+    INTERLEAVED: tl.constexpr, BLOCK_R: tl.constexpr, HALF: tl.constexpr, BLOCK_P: tl.constexpr,
+    HAS_PASS: tl.constexpr,
 ):  # fmt: skip
     s = tl.program_id(0).to(tl.int64)
     r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
-    rmask = r < B * NG * (G + 2)
+    rmask = (r < ROWS)[:, None]
     b, g, slot = _qkv_rows(r, G, NG)
     is_q = slot < G
     is_k = slot == G
-    is_v = slot == G + 1
-    e = tl.arange(0, BLOCK_E)
-    cos, sin, partner = _qkv_coefficients(
-        QF, KF, s, stride_qf, stride_kf, e, ROT_HALF_Q, ROT_HALF_K, is_q, is_k, True, INTERLEAVED
-    )
-    mask = rmask[:, None] & (e < HN)[None, :]
-    q_base = DQ + (((s * B + b) * NG + g) * G + slot) * HN
+    rotated = (is_q | is_k)[:, None]
+    c1, s1, c2, s2 = _row_coefficients(QF, KF, s, stride_qf, stride_kf, ROT_HALF, is_q, is_k, HALF, INTERLEAVED)
     kv_row = (s * B + b) * NG + g
+    q_src = DQ + ((kv_row * G + slot) * HN)[:, None]
+    k_src = DK + (kv_row * HN)[:, None]
+    v_src = DV + (kv_row * HN)[:, None]
     # Each row reads the one gradient its slot belongs to (the other two loads are masked off).
-    m_q, m_k, m_v = mask & is_q[:, None], mask & is_k[:, None], mask & is_v[:, None]
-    x = (
-        tl.load(q_base[:, None] + e[None, :], mask=m_q, other=0.0).to(tl.float32)
-        + tl.load(DK + (kv_row * HN)[:, None] + e[None, :], mask=m_k, other=0.0).to(tl.float32)
-        + tl.load(DV + (kv_row * HN)[:, None] + e[None, :], mask=m_v, other=0.0).to(tl.float32)
-    )
-    x_partner = tl.load(q_base[:, None] + partner, mask=m_q, other=0.0).to(tl.float32) + tl.load(
-        DK + (kv_row * HN)[:, None] + partner, mask=m_k, other=0.0
-    ).to(tl.float32)
-    y = x * cos + x_partner * sin
+    m_q, m_k, m_v = rmask & is_q[:, None], rmask & is_k[:, None], rmask & (slot == G + 1)[:, None]
+    q1, q2 = _load_pairs(q_src, m_q, ROT_HALF, HALF, INTERLEAVED)
+    k1, k2 = _load_pairs(k_src, m_k, ROT_HALF, HALF, INTERLEAVED)
+    v1, v2 = _load_pairs(v_src, m_v, ROT_HALF, HALF, INTERLEAVED)
+    d1, d2 = q1 + k1 + v1, q2 + k2 + v2
+    # The rotation's transpose.
+    x1 = tl.where(rotated, d1 * c1 + d2 * s2, d1)
+    x2 = tl.where(rotated, d2 * c2 - d1 * s1, d2)
     dst = DMIXED + ((kv_row * (G + 2) + slot) * HN)[:, None]
-    tl.store(dst + e[None, :], y.to(DMIXED.dtype.element_ty), mask=mask)
+    _store_pairs(dst, x1, x2, rmask, ROT_HALF, HALF, INTERLEAVED)
+    if HAS_PASS:
+        p = 2 * ROT_HALF + tl.arange(0, BLOCK_P)
+        pmask = (p < HN)[None, :]
+        d = (
+            tl.load(q_src + p[None, :], mask=m_q & pmask, other=0.0)
+            + tl.load(k_src + p[None, :], mask=m_k & pmask, other=0.0)
+            + tl.load(v_src + p[None, :], mask=m_v & pmask, other=0.0)
+        )
+        tl.store(dst + p[None, :], d, mask=rmask & pmask)
 
 
-def _qkv_launch_shape(b: int, ng: int, g: int, hn: int) -> tuple[int, int, int]:
-    """(BLOCK_R, BLOCK_E, row tiles a position): tiles of about _TILE elements, whole rows."""
-    block_e = triton.next_power_of_2(hn)
-    rows_ = b * ng * (g + 2)
-    block_r = min(triton.next_power_of_2(rows_), max(1, _TILE // block_e))
-    return block_r, block_e, triton.cdiv(rows_, block_r)
+# On an H200 at [2048, 4, 4 groups, (4 + 2) x 128], bf16, small programs won: the best
+# hand-picked configs of an earlier version ran at 1-2 warps and 8-16 rows.
+_QKV_CONFIGS = [triton.Config({"BLOCK_R": r}, num_warps=w) for r in (8, 16, 4, 32) for w in (1, 2, 4)]
+_QKV_KEY = ["ROWS", "HN", "ROT_HALF"]
+_QKV_FWD = triton.autotune(_QKV_CONFIGS, key=_QKV_KEY, do_bench=graph_timed)(_qkv_rope_fwd)
+_QKV_BWD = triton.autotune(_QKV_CONFIGS, key=_QKV_KEY, do_bench=graph_timed)(_qkv_rope_bwd)
+_QKV_DEFAULT = {"BLOCK_R": 8, "num_warps": 1}
 
 
-def _warps(block_r: int, block_e: int) -> int:
-    return 2 if block_r * block_e <= 1024 else 4
+def _qkv_meta(hn: int, rot_half: int) -> dict:
+    """Constexpr sizes: pairs per row (a power of two), and the pass-through tail."""
+    return {
+        "HALF": triton.next_power_of_2(max(rot_half, 1)),
+        "BLOCK_P": triton.next_power_of_2(max(hn - 2 * rot_half, 1)),
+        "HAS_PASS": hn > 2 * rot_half,
+    }
 
 
 class FusedQKVRotaryFunction(torch.autograd.Function):
@@ -252,32 +326,35 @@ class FusedQKVRotaryFunction(torch.autograd.Function):
         if mixed.stride(-1) != 1:
             mixed = mixed.contiguous()
         qf, kf = _angles_2d(q_freqs, s), _angles_2d(k_freqs, s)
+        if q_freqs.shape[-1] != k_freqs.shape[-1]:
+            raise ValueError(f"query and key rotary widths differ: {q_freqs.shape[-1]} and {k_freqs.shape[-1]}")
+        rot_half = q_freqs.shape[-1] // 2
         q = torch.empty((s, b, ng * g, hn), dtype=mixed.dtype, device=mixed.device)
         k = torch.empty((s, b, ng, hn), dtype=mixed.dtype, device=mixed.device)
         v = torch.empty((s, b, ng, hn), dtype=mixed.dtype, device=mixed.device)
-        block_r, block_e, tiles = _qkv_launch_shape(b, ng, g, hn)
-        if s * b * ng > 0:
-            _qkv_rope_fwd[(s, tiles)](
-                mixed, qf, kf, q, k, v, b, ng, g, hn, q_freqs.shape[-1] // 2, k_freqs.shape[-1] // 2,
-                mixed.stride(0), mixed.stride(1), mixed.stride(2), _position_stride(qf), _position_stride(kf),
-                INTERLEAVED=interleaved, BLOCK_R=block_r, BLOCK_E=block_e, num_warps=_warps(block_r, block_e),
+        rows_ = b * ng * (g + 2)
+        if s * rows_ > 0:
+            launch(
+                _qkv_rope_fwd, _QKV_FWD, lambda meta: (s, triton.cdiv(rows_, meta["BLOCK_R"])), _QKV_DEFAULT,
+                mixed, qf, kf, q, k, v, b, ng, g, hn, rot_half, mixed.stride(0), mixed.stride(1), mixed.stride(2),
+                _position_stride(qf), _position_stride(kf), rows_, INTERLEAVED=interleaved, **_qkv_meta(hn, rot_half),
             )  # fmt: skip
         ctx.save_for_backward(qf, kf)
-        ctx.dims = (s, b, ng, g, hn, q_freqs.shape[-1] // 2, k_freqs.shape[-1] // 2, interleaved)
+        ctx.dims = (s, b, ng, g, hn, rot_half, interleaved)
         return q, k, v
 
     @staticmethod
     def backward(ctx, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         qf, kf = ctx.saved_tensors
-        s, b, ng, g, hn, rot_half_q, rot_half_k, interleaved = ctx.dims
+        s, b, ng, g, hn, rot_half, interleaved = ctx.dims
         dq, dk, dv = dq.contiguous(), dk.contiguous(), dv.contiguous()
         dmixed = torch.empty((s, b, ng, (g + 2) * hn), dtype=dq.dtype, device=dq.device)
-        block_r, block_e, tiles = _qkv_launch_shape(b, ng, g, hn)
-        if s * b * ng > 0:
-            _qkv_rope_bwd[(s, tiles)](
-                dq, dk, dv, qf, kf, dmixed, b, ng, g, hn, rot_half_q, rot_half_k,
-                _position_stride(qf), _position_stride(kf),
-                INTERLEAVED=interleaved, BLOCK_R=block_r, BLOCK_E=block_e, num_warps=_warps(block_r, block_e),
+        rows_ = b * ng * (g + 2)
+        if s * rows_ > 0:
+            launch(
+                _qkv_rope_bwd, _QKV_BWD, lambda meta: (s, triton.cdiv(rows_, meta["BLOCK_R"])), _QKV_DEFAULT,
+                dq, dk, dv, qf, kf, dmixed, b, ng, g, hn, rot_half, _position_stride(qf), _position_stride(kf), rows_,
+                INTERLEAVED=interleaved, **_qkv_meta(hn, rot_half),
             )  # fmt: skip
         return dmixed, None, None, None, None, None
 
