@@ -364,6 +364,13 @@ def bench_qkv_rope() -> None:
     _row("qkv_rope", shape, "ours (split)", split_path(lambda t: ops.rotary(t, freqs, 1.0, False)), [mixed],
          bytes_=nbytes, note="split path, the pack's RoPE")  # fmt: skip
     _row("qkv_rope", shape, "ours", fused, [mixed], bytes_=nbytes, note="fused_single_qkv_rope=True")
+    from fl_patch.impls.flaggems.kernels import rope as rope_kernels
+
+    picked = [getattr(t, "best_config", None) for t in (rope_kernels._QKV_FWD, rope_kernels._QKV_BWD)]
+    if all(picked):
+        RESULTS["ops"][-1]["note"] += "; rows x warps: " + ", ".join(
+            f"{way} {c.kwargs['BLOCK_R']}x{c.num_warps}" for way, c in zip(("fwd", "bwd"), picked, strict=True)
+        )
     torch.cuda.empty_cache()
 
 

@@ -297,12 +297,25 @@ def _qkv_rope_bwd(
         tl.store(dst + p[None, :], d, mask=rmask & pmask)
 
 
-# On an H200 at [2048, 4, 4 groups, (4 + 2) x 128], bf16, small programs won: the best
-# hand-picked configs of an earlier version ran at 1-2 warps and 8-16 rows.
-_QKV_CONFIGS = [triton.Config({"BLOCK_R": r}, num_warps=w) for r in (8, 16, 4, 32) for w in (1, 2, 4)]
+_QKV_CONFIGS = [triton.Config({"BLOCK_R": r}, num_warps=w) for r in (8, 16, 32, 64, 128, 4) for w in (1, 2, 4, 8)]
 _QKV_KEY = ["ROWS", "HN", "ROT_HALF"]
-_QKV_FWD = triton.autotune(_QKV_CONFIGS, key=_QKV_KEY, do_bench=graph_timed)(_qkv_rope_fwd)
-_QKV_BWD = triton.autotune(_QKV_CONFIGS, key=_QKV_KEY, do_bench=graph_timed)(_qkv_rope_bwd)
+
+
+def _qkv_prune(configs: list, named_args: dict, **kwargs: object) -> list:
+    """Tiles of 8 to 64 elements a thread (fewer: threads hold copies of each other's elements,
+    seen 3x slower on an H200), and no more rows than a position has (rounded up to a power of two)."""
+    rows_ = triton.next_power_of_2(int(named_args["ROWS"]))
+    width = 2 * int(kwargs["HALF"])
+    keep = [
+        c for c in configs
+        if c.kwargs["BLOCK_R"] <= max(rows_, 4) and 8 <= c.kwargs["BLOCK_R"] * width // (32 * c.num_warps) <= 64
+    ]  # fmt: skip
+    return keep or configs[:1]
+
+
+_QKV_PRUNE = {"early_config_prune": _qkv_prune}
+_QKV_FWD = triton.autotune(_QKV_CONFIGS, key=_QKV_KEY, prune_configs_by=_QKV_PRUNE, do_bench=graph_timed)(_qkv_rope_fwd)
+_QKV_BWD = triton.autotune(_QKV_CONFIGS, key=_QKV_KEY, prune_configs_by=_QKV_PRUNE, do_bench=graph_timed)(_qkv_rope_bwd)
 _QKV_DEFAULT = {"BLOCK_R": 8, "num_warps": 1}
 
 
