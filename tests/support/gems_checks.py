@@ -349,7 +349,9 @@ def check(case: Case, device: str) -> dict[str, object]:
                 a = a.repeat_interleave(2, dim=-1) if interleaved else torch.cat((a, a), dim=-1)
                 return a[:, None, None, :]
 
-            q_freqs, k_freqs = angles(0.0), angles(5.0)
+            q_freqs = angles(0.0)
+            # one tensor for both, as megatron passes it (the kernel computes the angles once), or two
+            k_freqs = q_freqs if ex.get("same_angles") else angles(5.0)
             names = ["qkv", "dmixed", "dq_freqs (none)", "dk_freqs (none)"]
 
             def ours_qkv(m_, qf_, kf_, g_, hn_, i_):
@@ -453,6 +455,7 @@ def gpu_cases() -> list[Case]:
             Case("qkv_rope", dtype, "contiguous", (129, 2, 2, 3, 96), {"rot": 64, "interleaved": True}),
             Case("qkv_rope", dtype, "transposed", (7, 40, 8, 2, 64)),  # 40 x 8 x 4 rows: 40 programs a position
             Case("qkv_rope", dtype, "contiguous", (33, 3, 2, 2, 80), {"rot": 48, "distinct_angles": True}),
+            Case("qkv_rope", dtype, "sliced", (65, 2, 4, 4, 128), {"same_angles": True}),
         ]
         cases += [Case("layer_norm", dtype, "transposed", (37, 3, 1000), {"bias": False})]
         cases += [
@@ -508,6 +511,7 @@ def interpret_cases() -> list[Case]:
         Case("qkv_rope", "bf16", "sliced", (5, 2, 3, 2, 16)),
         Case("qkv_rope", "fp32", "transposed", (4, 3, 2, 3, 24), {"rot": 16, "interleaved": True}),
         Case("qkv_rope", "fp32", "contiguous", (3, 2, 2, 1, 20), {"rot": 12, "distinct_angles": True}),
+        Case("qkv_rope", "bf16", "transposed", (4, 2, 2, 2, 16), {"same_angles": True, "distinct_angles": True}),
         Case("qkv_rope", "fp32", "sliced", (3, 2, 1, 2, 16), {"interleaved": True, "distinct_angles": True}),
         Case("layer_norm", "fp32", "transposed", (5, 3, 37), {"bias": False}),
         Case("rope", "fp32", "contiguous", (5, 2, 3, 32), {"one_position": True}),

@@ -176,10 +176,17 @@ def _pair_angles(F, s, stride_fs, ROT_HALF, HALF: tl.constexpr, INTERLEAVED: tl.
 
 @triton.jit
 def _row_coefficients(
-    QF, KF, s, stride_qf, stride_kf, ROT_HALF, is_q, is_k, HALF: tl.constexpr, INTERLEAVED: tl.constexpr
-):
-    """cos and sin of both channels of each pair, per row: query rows by the query's angles, key rows by the key's."""
+    QF, KF, s, stride_qf, stride_kf, ROT_HALF, is_q, HALF: tl.constexpr, INTERLEAVED: tl.constexpr,
+    SAME_ANGLES: tl.constexpr,
+):  # fmt: skip
+    """cos and sin of both channels of each pair, per row: query rows by the query's angles, key rows by the key's.
+
+    SAME_ANGLES (megatron passes one rotary embedding for both): computed once, as
+    [1, HALF] rows that broadcast, instead of twice and selected per row.
+    """
     q1, q2 = _pair_angles(QF, s, stride_qf, ROT_HALF, HALF, INTERLEAVED)
+    if SAME_ANGLES:
+        return tl.cos(q1)[None, :], tl.sin(q1)[None, :], tl.cos(q2)[None, :], tl.sin(q2)[None, :]
     k1, k2 = _pair_angles(KF, s, stride_kf, ROT_HALF, HALF, INTERLEAVED)
     q_row = is_q[:, None]
     c1 = tl.where(q_row, tl.cos(q1)[None, :], tl.cos(k1)[None, :])
@@ -223,7 +230,7 @@ def _store_pairs(ptr, x1, x2, mask, ROT_HALF, HALF: tl.constexpr, INTERLEAVED: t
 def _qkv_rope_fwd(
     MIXED, QF, KF, Q, K, V, B, NG, G, HN, ROT_HALF, stride_ms, stride_mb, stride_mg, stride_qf, stride_kf, ROWS,
     INTERLEAVED: tl.constexpr, BLOCK_R: tl.constexpr, HALF: tl.constexpr, BLOCK_P: tl.constexpr,
-    HAS_PASS: tl.constexpr,
+    HAS_PASS: tl.constexpr, SAME_ANGLES: tl.constexpr,
 ):  # fmt: skip
     s = tl.program_id(0).to(tl.int64)
     r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)  # (batch, group, slot) rows of this position
@@ -232,7 +239,7 @@ def _qkv_rope_fwd(
     is_q = slot < G
     is_k = slot == G
     rotated = (is_q | is_k)[:, None]
-    c1, s1, c2, s2 = _row_coefficients(QF, KF, s, stride_qf, stride_kf, ROT_HALF, is_q, is_k, HALF, INTERLEAVED)
+    c1, s1, c2, s2 = _row_coefficients(QF, KF, s, stride_qf, stride_kf, ROT_HALF, is_q, HALF, INTERLEAVED, SAME_ANGLES)
     src = MIXED + (s * stride_ms + b * stride_mb + g * stride_mg + slot * HN)[:, None]
     x1, x2 = _load_pairs(src, rmask, ROT_HALF, HALF, INTERLEAVED)
     # Value rows pass through untouched (a where, not a rotation by angle 0: inf * 0 would be NaN).
@@ -261,7 +268,7 @@ def _qkv_rope_fwd(
 def _qkv_rope_bwd(
     DQ, DK, DV, QF, KF, DMIXED, B, NG, G, HN, ROT_HALF, stride_qf, stride_kf, ROWS,
     INTERLEAVED: tl.constexpr, BLOCK_R: tl.constexpr, HALF: tl.constexpr, BLOCK_P: tl.constexpr,
-    HAS_PASS: tl.constexpr,
+    HAS_PASS: tl.constexpr, SAME_ANGLES: tl.constexpr,
 ):  # fmt: skip
     s = tl.program_id(0).to(tl.int64)
     r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -270,7 +277,7 @@ def _qkv_rope_bwd(
     is_q = slot < G
     is_k = slot == G
     rotated = (is_q | is_k)[:, None]
-    c1, s1, c2, s2 = _row_coefficients(QF, KF, s, stride_qf, stride_kf, ROT_HALF, is_q, is_k, HALF, INTERLEAVED)
+    c1, s1, c2, s2 = _row_coefficients(QF, KF, s, stride_qf, stride_kf, ROT_HALF, is_q, HALF, INTERLEAVED, SAME_ANGLES)
     kv_row = (s * B + b) * NG + g
     q_src = DQ + ((kv_row * G + slot) * HN)[:, None]
     k_src = DK + (kv_row * HN)[:, None]
@@ -319,12 +326,14 @@ _QKV_BWD = triton.autotune(_QKV_CONFIGS, key=_QKV_KEY, prune_configs_by=_QKV_PRU
 _QKV_DEFAULT = {"BLOCK_R": 8, "num_warps": 1}
 
 
-def _qkv_meta(hn: int, rot_half: int) -> dict:
-    """Constexpr sizes: pairs per row (a power of two), and the pass-through tail."""
+def _qkv_meta(hn: int, rot_half: int, qf: torch.Tensor, kf: torch.Tensor) -> dict:
+    """Constexprs: pairs per row (a power of two), the pass-through tail, one set of angles for both."""
+    same = qf.data_ptr() == kf.data_ptr() and qf.shape == kf.shape and qf.stride() == kf.stride()
     return {
         "HALF": triton.next_power_of_2(max(rot_half, 1)),
         "BLOCK_P": triton.next_power_of_2(max(hn - 2 * rot_half, 1)),
         "HAS_PASS": hn > 2 * rot_half,
+        "SAME_ANGLES": same,
     }
 
 
@@ -350,7 +359,7 @@ class FusedQKVRotaryFunction(torch.autograd.Function):
             launch(
                 _qkv_rope_fwd, _QKV_FWD, lambda meta: (s, triton.cdiv(rows_, meta["BLOCK_R"])), _QKV_DEFAULT,
                 mixed, qf, kf, q, k, v, b, ng, g, hn, rot_half, mixed.stride(0), mixed.stride(1), mixed.stride(2),
-                _position_stride(qf), _position_stride(kf), rows_, INTERLEAVED=interleaved, **_qkv_meta(hn, rot_half),
+                _position_stride(qf), _position_stride(kf), rows_, INTERLEAVED=interleaved, **_qkv_meta(hn, rot_half, qf, kf),
             )  # fmt: skip
         ctx.save_for_backward(qf, kf)
         ctx.dims = (s, b, ng, g, hn, rot_half, interleaved)
@@ -367,7 +376,7 @@ class FusedQKVRotaryFunction(torch.autograd.Function):
             launch(
                 _qkv_rope_bwd, _QKV_BWD, lambda meta: (s, triton.cdiv(rows_, meta["BLOCK_R"])), _QKV_DEFAULT,
                 dq, dk, dv, qf, kf, dmixed, b, ng, g, hn, rot_half, _position_stride(qf), _position_stride(kf), rows_,
-                INTERLEAVED=interleaved, **_qkv_meta(hn, rot_half),
+                INTERLEAVED=interleaved, **_qkv_meta(hn, rot_half, qf, kf),
             )  # fmt: skip
         return dmixed, None, None, None, None, None
 
