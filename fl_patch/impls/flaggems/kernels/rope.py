@@ -185,14 +185,20 @@ def _row_coefficients(
     [1, HALF] rows that broadcast, instead of twice and selected per row.
     """
     q1, q2 = _pair_angles(QF, s, stride_qf, ROT_HALF, HALF, INTERLEAVED)
+    # One return statement: triton's compiler checks every return against the others,
+    # even one in a branch a constexpr removes.
     if SAME_ANGLES:
-        return tl.cos(q1)[None, :], tl.sin(q1)[None, :], tl.cos(q2)[None, :], tl.sin(q2)[None, :]
-    k1, k2 = _pair_angles(KF, s, stride_kf, ROT_HALF, HALF, INTERLEAVED)
-    q_row = is_q[:, None]
-    c1 = tl.where(q_row, tl.cos(q1)[None, :], tl.cos(k1)[None, :])
-    s1 = tl.where(q_row, tl.sin(q1)[None, :], tl.sin(k1)[None, :])
-    c2 = tl.where(q_row, tl.cos(q2)[None, :], tl.cos(k2)[None, :])
-    s2 = tl.where(q_row, tl.sin(q2)[None, :], tl.sin(k2)[None, :])
+        c1 = tl.cos(q1)[None, :]
+        s1 = tl.sin(q1)[None, :]
+        c2 = tl.cos(q2)[None, :]
+        s2 = tl.sin(q2)[None, :]
+    else:
+        k1, k2 = _pair_angles(KF, s, stride_kf, ROT_HALF, HALF, INTERLEAVED)
+        q_row = is_q[:, None]
+        c1 = tl.where(q_row, tl.cos(q1)[None, :], tl.cos(k1)[None, :])
+        s1 = tl.where(q_row, tl.sin(q1)[None, :], tl.sin(k1)[None, :])
+        c2 = tl.where(q_row, tl.cos(q2)[None, :], tl.cos(k2)[None, :])
+        s2 = tl.where(q_row, tl.sin(q2)[None, :], tl.sin(k2)[None, :])
     return c1, s1, c2, s2
 
 
