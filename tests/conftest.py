@@ -40,6 +40,20 @@ def clean_env(**overrides: str) -> dict[str, str]:
     return env
 
 
+# Triton for the FlagGems pack's kernel tests, outside .venv (scripts/triton-cpu.sh says why).
+TRITON_CPU = REPO / ".cache" / "triton-cpu"
+
+
+def triton_env(interpret: bool, **extra: str) -> dict[str, str]:
+    """clean_env with .cache/triton-cpu first on PYTHONPATH; ``interpret``: TRITON_INTERPRET=1."""
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(TRITON_CPU), str(REPO), str(SUPPORT)]), PYTHONWARNINGS="ignore")
+    env.pop("TRITON_INTERPRET", None)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    env.update(extra)
+    return env
+
+
 @pytest.fixture
 def run_python():
     """Run ``python <args>`` in a fresh interpreter; returns the CompletedProcess."""

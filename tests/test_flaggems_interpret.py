@@ -14,9 +14,7 @@ import os
 
 import pytest
 
-from .conftest import REPO, SUPPORT, clean_env
-
-TRITON_CPU = REPO / ".cache" / "triton-cpu"
+from .conftest import SUPPORT, TRITON_CPU, triton_env
 
 pytestmark = pytest.mark.skipif(
     not (TRITON_CPU / "triton").is_dir(), reason="no .cache/triton-cpu (run scripts/triton-cpu.sh)"
@@ -24,8 +22,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _env(**extra: str) -> dict[str, str]:
-    pythonpath = os.pathsep.join([str(TRITON_CPU), str(REPO), str(SUPPORT)])
-    return clean_env(PYTHONPATH=pythonpath, TRITON_INTERPRET="1", PYTHONWARNINGS="ignore", **extra)
+    return triton_env(interpret=True, **extra)
 
 
 def _results(stdout: str) -> tuple[list[dict], dict]:

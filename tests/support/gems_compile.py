@@ -1,0 +1,151 @@
+"""Compile every Triton kernel of the FlagGems pack for an H100/H200 (sm_90), on a machine without a GPU.
+
+Why: Triton's CPU interpreter runs a kernel as Python, so it accepts code that the
+GPU compiler rejects (seen: a second ``return`` in a branch a constexpr removes ran in
+the interpreter and failed to compile on the H200). ``triton.compile`` with a CUDA
+target needs no GPU: it runs the same front end, the LLVM passes and ptxas (bundled
+with triton) that a launch on the device runs.
+
+Each kernel is compiled for the constexpr values that select each of its branches
+(every flag both ways at least once), with the pointer dtypes the pack passes.
+Prints one JSON line per compile and a summary line; exit status 1 if any failed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from fl_patch.impls.flaggems.kernels import attention, cross_entropy, norms, rope, softmax, swiglu
+
+TARGET = GPUTarget("cuda", 90, 32)
+
+# The pointer arguments of each kernel and the dtypes the pack passes (bf16 activations,
+# fp32 statistics, partial sums and angles); every other argument is an int32 size or
+# stride, or one of FLOAT_SCALARS.
+_ATTN = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "DO": "*bf16", "LSE": "*fp32", "DELTA": "*fp32"}
+POINTERS = {
+    "_attn_fwd": {**_ATTN, "OUT": "*bf16"},
+    "_attn_bwd_delta": {"OUT": "*bf16", "DO": "*bf16", "DELTA": "*fp32"},
+    "_attn_bwd_dq": {**_ATTN, "DQ": "*bf16"},
+    "_attn_bwd_dkdv": {**_ATTN, "DK": "*bf16", "DV": "*bf16"},
+    "_ce_fwd": {"X": "*bf16", "TARGET": "*i64", "LOSS": "*fp32", "LSE": "*fp32"},
+    "_ce_bwd": {"X": "*bf16", "TARGET": "*i64", "LSE": "*fp32", "GRAD": "*fp32", "DX": "*bf16"},
+    "_rms_fwd": {"X": "*bf16", "W": "*bf16", "Y": "*bf16", "RSTD": "*fp32"},
+    "_rms_bwd": {"X": "*bf16", "W": "*bf16", "DY": "*bf16", "DX": "*bf16", "RSTD": "*fp32", "DW_PART": "*fp32"},
+    "_ln_fwd": {"X": "*bf16", "W": "*bf16", "B": "*bf16", "Y": "*bf16", "MEAN": "*fp32", "RSTD": "*fp32"},
+    "_ln_bwd": {
+        "X": "*bf16", "W": "*bf16", "DY": "*bf16", "DX": "*bf16", "MEAN": "*fp32", "RSTD": "*fp32",
+        "DW_PART": "*fp32", "DB_PART": "*fp32",
+    },
+    "_sum_parts": {"PART_A": "*fp32", "OUT_A": "*bf16", "PART_B": "*fp32", "OUT_B": "*bf16"},
+    "_softmax_fwd": {"X": "*bf16", "MASK": "*u8", "Y": "*bf16"},
+    "_softmax_bwd": {"Y": "*bf16", "DY": "*bf16", "MASK": "*u8", "DX": "*bf16"},
+    "_swiglu_fwd": {"Y": "*bf16", "BIAS": "*bf16", "OUT": "*bf16"},
+    "_swiglu_bwd": {"Y": "*bf16", "BIAS": "*bf16", "DOUT": "*bf16", "DY": "*bf16"},
+    "_rope": {"T": "*bf16", "FREQ": "*fp32", "OUT": "*bf16"},
+    "_qkv_rope_fwd": {"MIXED": "*bf16", "QF": "*fp32", "KF": "*fp32", "Q": "*bf16", "K": "*bf16", "V": "*bf16"},
+    "_qkv_rope_bwd": {"DQ": "*bf16", "DK": "*bf16", "DV": "*bf16", "QF": "*fp32", "KF": "*fp32", "DMIXED": "*bf16"},
+}  # fmt: skip
+FLOAT_SCALARS = {"qk_scale", "sm_scale", "eps", "mscale", "scale", "smoothing"}
+
+
+def _signature(kernel: triton.JITFunction, constexprs: dict) -> dict:
+    pointers = POINTERS[kernel.__name__]
+    signature = {}
+    for param in kernel.params:
+        name = param.name
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name in pointers:
+            signature[name] = pointers[name]
+        else:
+            signature[name] = "fp32" if name in FLOAT_SCALARS else "i32"
+    return signature
+
+
+def _attention_cases() -> list[tuple]:
+    cases = []
+    for causal, head_dim, block_d, precision in ((True, 128, 128, "tf32"), (False, 80, 128, "ieee")):
+        common = {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_D": block_d, "PRECISION": precision}
+        cases += [
+            (attention._attn_fwd, {**common, "BLOCK_M": 128, "BLOCK_N": 64}, 8),
+            (attention._attn_bwd_dq, {**common, "BLOCK_M": 128, "BLOCK_N": 32}, 4),
+            (attention._attn_bwd_dkdv, {**common, "BLOCK_M": 32, "BLOCK_N": 128}, 4),
+        ]
+    cases.append((attention._attn_bwd_delta, {"HEAD_DIM": 80, "BLOCK_D": 128, "BLOCK_M": 64}, 4))
+    return cases
+
+
+def cases() -> list[tuple]:
+    """(kernel, constexprs, num_warps) for every branch of every kernel the pack launches."""
+    out = _attention_cases()
+    out += [
+        (cross_entropy._ce_fwd, {"SMOOTH": True, "BLOCK": 4096}, 8),
+        (cross_entropy._ce_fwd, {"SMOOTH": False, "BLOCK": 4096}, 8),
+        (cross_entropy._ce_bwd, {"BLOCK": 4096}, 8),
+        (norms._rms_fwd, {"BLOCK_M": 2, "BLOCK_N": 2048}, 8),
+        (norms._rms_bwd, {"BLOCK_M": 1, "BLOCK_N": 2048, "PPS": 4}, 8),
+        (norms._ln_fwd, {"HAS_BIAS": True, "BLOCK_M": 1, "BLOCK_N": 4096}, 8),
+        (norms._ln_fwd, {"HAS_BIAS": False, "BLOCK_M": 1, "BLOCK_N": 4096}, 8),
+        (norms._ln_bwd, {"HAS_BIAS": True, "BLOCK_M": 1, "BLOCK_N": 4096, "PPS": 2}, 8),
+        (norms._ln_bwd, {"HAS_BIAS": False, "BLOCK_M": 4, "BLOCK_N": 4096, "PPS": 1}, 16),
+        (norms._sum_parts, {"HAS_B": True, "BLOCK_P": 1024, "BLOCK_C": 8}, 8),
+        (norms._sum_parts, {"HAS_B": False, "BLOCK_P": 256, "BLOCK_C": 32}, 8),
+        (softmax._softmax_fwd, {"MASK_KIND": 0, "BLOCK": 2048}, 8),
+        (softmax._softmax_fwd, {"MASK_KIND": 1, "BLOCK": 2048}, 8),
+        (softmax._softmax_bwd, {"MASK_KIND": 2, "BLOCK": 2048}, 8),
+        (swiglu._swiglu_fwd, {"HAS_BIAS": True, "BLOCK_M": 1, "BLOCK_F": 8192}, 8),
+        (swiglu._swiglu_bwd, {"HAS_BIAS": False, "BLOCK_M": 1, "BLOCK_F": 8192}, 8),
+        (swiglu._swiglu_bwd, {"HAS_BIAS": True, "BLOCK_M": 2, "BLOCK_F": 1024}, 4),
+    ]
+    rope_common = {"BLOCK_BH": 16, "BLOCK_E": 128}
+    for backward, interleaved, has_pass in ((False, False, False), (True, True, True), (True, False, True)):
+        flags = {"BACKWARD": backward, "INTERLEAVED": interleaved, "HAS_PASS": has_pass}
+        out.append((rope._rope, {**rope_common, **flags, "BLOCK_P": 64 if has_pass else 1}, 4))
+    for interleaved, same, has_pass in ((False, True, False), (True, False, True), (False, False, True)):
+        flags = {"INTERLEAVED": interleaved, "SAME_ANGLES": same, "HAS_PASS": has_pass}
+        meta = {**flags, "BLOCK_R": 16, "HALF": 64, "BLOCK_P": 64 if has_pass else 1}
+        out += [(rope._qkv_rope_fwd, meta, 1), (rope._qkv_rope_bwd, meta, 2)]
+    return out
+
+
+def main() -> int:
+    failed = 0
+    done = 0
+    for kernel, constexprs, warps in cases():
+        names = [p.name for p in kernel.params]
+        missing = [p.name for p in kernel.params if p.is_constexpr and p.name not in constexprs]
+        case = {"kernel": kernel.__name__, "constexprs": constexprs, "num_warps": warps}
+        start = time.perf_counter()
+        try:
+            if missing:
+                raise ValueError(f"constexprs not given: {missing}")
+            source = ASTSource(
+                fn=kernel,
+                signature=_signature(kernel, constexprs),
+                constexprs={(names.index(k),): v for k, v in constexprs.items()},
+            )
+            compiled = triton.compile(source, target=TARGET, options={"num_warps": warps})
+            case["ok"] = "cubin" in compiled.asm and len(compiled.asm["cubin"]) > 0
+        except Exception as exc:  # noqa: BLE001  (report every kernel, not only the first failure)
+            case["ok"] = False
+            case["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            traceback.print_exc()
+        case["seconds"] = round(time.perf_counter() - start, 2)
+        failed += not case["ok"]
+        done += 1
+        print(json.dumps(case), flush=True)
+    kernels = sorted({kernel.__name__ for kernel, _, _ in cases()})
+    print(json.dumps({"compiled": done, "failed": failed, "kernels": kernels}), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
