@@ -84,7 +84,7 @@ def _stream_time(fn: Callable[[], None], grads: list[torch.Tensor]) -> float:
     before each (a graph of the flushes alone subtracted), divided by 16.
 
     What the op costs inside a training step. One replay of a graph holding one call
-    ('graph') also pays the graph's own launch latency, ~3-4 us on an H200 (RMSNorm
+    ('graph') also pays the graph's own launch latency, 4-6 us on an H200 (RMSNorm
     [8192, 2048]: 59.3 us replayed alone, 55.4 us in a stream; a copy of its bytes 45 vs
     42 us): a fixed cost that weighs on a 50 us op and not on a 2 GiB copy.
     """
@@ -618,7 +618,7 @@ def markdown() -> str:
         f"Device: {RESULTS['device']}; copy bandwidth (read+write) measured in this run: {copy:.2f} TB/s. "
         "bf16, forward+backward. 'stream': GPU time inside a stream of work (16 calls in one CUDA graph, "
         "L2 flushed before each, flushes subtracted); 'graph': one CUDA-graph replay of one call (adds the "
-        "graph's launch latency, ~3-4 us); 'eager': plain calls (Python and launch overhead included), median "
+        "graph's launch latency, 4-6 us); 'eager': plain calls (Python and launch overhead included), median "
         "of triton.testing.do_bench. 'vs torch' compares stream to stream (eager to eager where a graph could "
         "not be captured); bandwidth and TFLOP/s use the stream time, 'same-bytes copy' is a torch copy "
         "kernel of as many bytes, timed the same way.",

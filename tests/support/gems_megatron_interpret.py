@@ -163,6 +163,21 @@ def main() -> None:
     for i, (a, b) in enumerate(zip(got64, got32, strict=True)):
         close(a, b, f"fused qkv rope fallback, tensor {i}")
     assert FALLBACKS == {("qkv_rope", "dtype torch.float64"): 1}, FALLBACKS
+    # Query and key rotated over different widths: upstream's split path, said once.
+    from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_bshd
+
+    reset_fallbacks()
+    m32 = mixed64.float()
+    k_emb = emb[..., :8].contiguous()
+    got = fused_fn(m32, emb, k_emb, [32, 16, 16])
+    want = (
+        _apply_rotary_pos_emb_bshd(m32[..., :32].reshape(11, 2, 4, 16), emb),
+        _apply_rotary_pos_emb_bshd(m32[..., 32:48], k_emb),
+        m32[..., 48:],
+    )
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        close(a, b, f"fused qkv rope, two rotary widths, tensor {i}", 0.0)
+    assert FALLBACKS == {("qkv_rope", "query and key rotary widths differ"): 1}, FALLBACKS
     try:
         fused_fn(mixed64.float(), emb, emb, [32, 16, 16], cp_size=2)
         raise AssertionError("cp_size=2 was accepted")
