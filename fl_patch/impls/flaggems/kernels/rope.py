@@ -149,11 +149,25 @@ def rotary(t: torch.Tensor, freqs: torch.Tensor, mscale: float = 1.0, interleave
 
 
 @triton.jit
-def _qkv_rows(r, G, NG):
-    """(batch, query group, head slot) of rows ``r`` of one position; slots: G query heads, key, value."""
+def _qkv_rows(s, BLOCK_R: tl.constexpr, ROWS, B, G, NG, HN, Q, K, V):
+    """This program's rows of position ``s``, one for each (batch, query group, head slot); the
+    slots of a group are its G query heads, its key and its value.
+
+    Returns batch, group and slot of each row; the rows' masks ([R, 1]: in range, and query,
+    key, value rows in range); and each row's head as a row pointer into the query
+    [s, b, NG*G, HN] and key and value [s, b, NG, HN] tensors Q, K, V.
+    """
+    r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     slot = r % (G + 2)
     group_row = r // (G + 2)
-    return (group_row // NG).to(tl.int64), (group_row % NG).to(tl.int64), slot
+    b = (group_row // NG).to(tl.int64)
+    g = (group_row % NG).to(tl.int64)
+    kv_row = (s * B + b) * NG + g
+    rmask = (r < ROWS)[:, None]
+    m_q, m_k, m_v = rmask & (slot < G)[:, None], rmask & (slot == G)[:, None], rmask & (slot == G + 1)[:, None]
+    q_offset, kv_offset = ((kv_row * G + slot) * HN)[:, None], (kv_row * HN)[:, None]
+    # One flat tuple: triton's compiler does not unpack nested tuples (its interpreter does).
+    return b, g, slot, rmask, m_q, m_k, m_v, Q + q_offset, K + kv_offset, V + kv_offset
 
 
 @triton.jit
@@ -176,10 +190,11 @@ def _pair_angles(F, s, stride_fs, ROT_HALF, HALF: tl.constexpr, INTERLEAVED: tl.
 
 @triton.jit
 def _row_coefficients(
-    QF, KF, s, stride_qf, stride_kf, ROT_HALF, is_q, HALF: tl.constexpr, INTERLEAVED: tl.constexpr,
+    QF, KF, s, stride_qf, stride_kf, ROT_HALF, q_rows, HALF: tl.constexpr, INTERLEAVED: tl.constexpr,
     SAME_ANGLES: tl.constexpr,
 ):  # fmt: skip
-    """cos and sin of both channels of each pair, per row: query rows by the query's angles, key rows by the key's.
+    """cos and sin of both channels of each pair, per row: query rows (``q_rows``, [R, 1]) by the query's
+    angles, the others by the key's.
 
     SAME_ANGLES (megatron passes one rotary embedding for both): computed once, as
     [1, HALF] rows that broadcast, instead of twice and selected per row.
@@ -194,7 +209,7 @@ def _row_coefficients(
         s2 = tl.sin(q2)[None, :]
     else:
         k1, k2 = _pair_angles(KF, s, stride_kf, ROT_HALF, HALF, INTERLEAVED)
-        q_row = is_q[:, None]
+        q_row = q_rows
         c1 = tl.where(q_row, tl.cos(q1)[None, :], tl.cos(k1)[None, :])
         s1 = tl.where(q_row, tl.sin(q1)[None, :], tl.sin(k1)[None, :])
         c2 = tl.where(q_row, tl.cos(q2)[None, :], tl.cos(k2)[None, :])
@@ -239,25 +254,15 @@ def _qkv_rope_fwd(
     HAS_PASS: tl.constexpr, SAME_ANGLES: tl.constexpr,
 ):  # fmt: skip
     s = tl.program_id(0).to(tl.int64)
-    r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)  # (batch, group, slot) rows of this position
-    rmask = (r < ROWS)[:, None]
-    b, g, slot = _qkv_rows(r, G, NG)
-    is_q = slot < G
-    is_k = slot == G
-    rotated = (is_q | is_k)[:, None]
-    c1, s1, c2, s2 = _row_coefficients(QF, KF, s, stride_qf, stride_kf, ROT_HALF, is_q, HALF, INTERLEAVED, SAME_ANGLES)
+    b, g, slot, rmask, m_q, m_k, m_v, q_dst, k_dst, v_dst = _qkv_rows(s, BLOCK_R, ROWS, B, G, NG, HN, Q, K, V)
+    c1, s1, c2, s2 = _row_coefficients(QF, KF, s, stride_qf, stride_kf, ROT_HALF, m_q, HALF, INTERLEAVED, SAME_ANGLES)
     src = MIXED + (s * stride_ms + b * stride_mb + g * stride_mg + slot * HN)[:, None]
     x1, x2 = _load_pairs(src, rmask, ROT_HALF, HALF, INTERLEAVED)
     # Value rows pass through untouched (a where, not a rotation by angle 0: inf * 0 would be NaN).
+    rotated = m_q | m_k
     y1 = tl.where(rotated, x1 * c1 - x2 * s1, x1)
     y2 = tl.where(rotated, x2 * c2 + x1 * s2, x2)
-    # Three contiguous outputs: query [s, b, NG*G, HN], key and value [s, b, NG, HN]. One
-    # masked store each: a mask constant along a row keeps the stores vectorized.
-    kv_row = (s * B + b) * NG + g
-    q_dst = Q + ((kv_row * G + slot) * HN)[:, None]
-    k_dst = K + (kv_row * HN)[:, None]
-    v_dst = V + (kv_row * HN)[:, None]
-    m_q, m_k, m_v = rmask & is_q[:, None], rmask & is_k[:, None], rmask & (slot == G + 1)[:, None]
+    # One masked store for each output: a mask constant along a row keeps the stores vectorized.
     _store_pairs(q_dst, y1, y2, m_q, ROT_HALF, HALF, INTERLEAVED)
     _store_pairs(k_dst, y1, y2, m_k, ROT_HALF, HALF, INTERLEAVED)
     _store_pairs(v_dst, y1, y2, m_v, ROT_HALF, HALF, INTERLEAVED)
@@ -277,19 +282,10 @@ def _qkv_rope_bwd(
     HAS_PASS: tl.constexpr, SAME_ANGLES: tl.constexpr,
 ):  # fmt: skip
     s = tl.program_id(0).to(tl.int64)
-    r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
-    rmask = (r < ROWS)[:, None]
-    b, g, slot = _qkv_rows(r, G, NG)
-    is_q = slot < G
-    is_k = slot == G
-    rotated = (is_q | is_k)[:, None]
-    c1, s1, c2, s2 = _row_coefficients(QF, KF, s, stride_qf, stride_kf, ROT_HALF, is_q, HALF, INTERLEAVED, SAME_ANGLES)
-    kv_row = (s * B + b) * NG + g
-    q_src = DQ + ((kv_row * G + slot) * HN)[:, None]
-    k_src = DK + (kv_row * HN)[:, None]
-    v_src = DV + (kv_row * HN)[:, None]
+    b, g, slot, rmask, m_q, m_k, m_v, q_src, k_src, v_src = _qkv_rows(s, BLOCK_R, ROWS, B, G, NG, HN, DQ, DK, DV)
+    c1, s1, c2, s2 = _row_coefficients(QF, KF, s, stride_qf, stride_kf, ROT_HALF, m_q, HALF, INTERLEAVED, SAME_ANGLES)
+    rotated = m_q | m_k
     # Each row reads the one gradient its slot belongs to (the other two loads are masked off).
-    m_q, m_k, m_v = rmask & is_q[:, None], rmask & is_k[:, None], rmask & (slot == G + 1)[:, None]
     q1, q2 = _load_pairs(q_src, m_q, ROT_HALF, HALF, INTERLEAVED)
     k1, k2 = _load_pairs(k_src, m_k, ROT_HALF, HALF, INTERLEAVED)
     v1, v2 = _load_pairs(v_src, m_v, ROT_HALF, HALF, INTERLEAVED)
@@ -297,7 +293,7 @@ def _qkv_rope_bwd(
     # The rotation's transpose.
     x1 = tl.where(rotated, d1 * c1 + d2 * s2, d1)
     x2 = tl.where(rotated, d2 * c2 - d1 * s1, d2)
-    dst = DMIXED + ((kv_row * (G + 2) + slot) * HN)[:, None]
+    dst = DMIXED + ((((s * B + b) * NG + g) * (G + 2) + slot) * HN)[:, None]  # contiguous [s, b, NG, (G + 2) * HN]
     _store_pairs(dst, x1, x2, rmask, ROT_HALF, HALF, INTERLEAVED)
     if HAS_PASS:
         p = 2 * ROT_HALF + tl.arange(0, BLOCK_P)
