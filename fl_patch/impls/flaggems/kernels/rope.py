@@ -209,11 +209,10 @@ def _row_coefficients(
         s2 = tl.sin(q2)[None, :]
     else:
         k1, k2 = _pair_angles(KF, s, stride_kf, ROT_HALF, HALF, INTERLEAVED)
-        q_row = q_rows
-        c1 = tl.where(q_row, tl.cos(q1)[None, :], tl.cos(k1)[None, :])
-        s1 = tl.where(q_row, tl.sin(q1)[None, :], tl.sin(k1)[None, :])
-        c2 = tl.where(q_row, tl.cos(q2)[None, :], tl.cos(k2)[None, :])
-        s2 = tl.where(q_row, tl.sin(q2)[None, :], tl.sin(k2)[None, :])
+        c1 = tl.where(q_rows, tl.cos(q1)[None, :], tl.cos(k1)[None, :])
+        s1 = tl.where(q_rows, tl.sin(q1)[None, :], tl.sin(k1)[None, :])
+        c2 = tl.where(q_rows, tl.cos(q2)[None, :], tl.cos(k2)[None, :])
+        s2 = tl.where(q_rows, tl.sin(q2)[None, :], tl.sin(k2)[None, :])
     return c1, s1, c2, s2
 
 
