@@ -66,7 +66,7 @@ def test_pack_inside_real_megatron_core(run_python) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["ok"] and len(result["targets"]) == 10
+    assert result["ok"] and len(result["targets"]) == 14
 
 
 _REDUCE_SNIPPET = """

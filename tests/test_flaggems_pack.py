@@ -19,7 +19,7 @@ from fl_patch import Status
 from fl_patch._vendors import vendor_priority
 from fl_patch.impls.flaggems import _runtime
 
-from .conftest import clean_env
+from .conftest import SUPPORT, clean_env
 
 NORM = "megatron.core.transformer.torch_norm.WrappedTorchNorm"
 
@@ -31,7 +31,7 @@ def test_registry_imports_no_torch_triton_flag_gems_or_megatron(run_python) -> N
         "('torch', 'triton', 'flag_gems', 'megatron')), 'n': len(r.PATCHES) + len(r.CREATED)}))"
     )
     out = json.loads(run_python("-c", code).stdout)
-    assert out == {"heavy": [], "n": 10}
+    assert out == {"heavy": [], "n": 14}  # 9 op patches, 4 optimizer patches, 1 created name
 
 
 def test_flaggems_first_then_the_detected_platform() -> None:
@@ -140,3 +140,94 @@ def test_backend_override_is_parsed_and_validated(monkeypatch: pytest.MonkeyPatc
     finally:
         monkeypatch.delenv("FL_GEMS_BACKEND")
         _runtime.reset_fallbacks()
+
+
+# ---------------------------------------------------------------------------------- optimizer step
+def _adam_pair(adam_w_mode: bool, steps: int = 8) -> tuple[list[torch.Tensor], list[torch.Tensor], object]:
+    """The same steps with the pack's FusedAdam (torch's fused kernel) and torch's default Adam/AdamW."""
+    from fl_patch.impls.flaggems.optimizer import FusedAdam
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(37, 5), (1000,), (3, 7, 11), (1,)]
+    start = [torch.randn(s, generator=gen) for s in shapes]
+    grads = [[torch.randn(s, generator=gen) for s in shapes] for _ in range(steps)]
+    ours = [p.clone().requires_grad_(True) for p in start]
+    theirs = [p.clone().requires_grad_(True) for p in start]
+    groups = lambda ps: [{"params": ps[:2], "weight_decay": 0.1}, {"params": ps[2:], "weight_decay": 0.0}]  # noqa: E731
+    fused = FusedAdam(groups(ours), lr=1e-2, betas=(0.9, 0.95), eps=1e-8, adam_w_mode=adam_w_mode)
+    cls = torch.optim.AdamW if adam_w_mode else torch.optim.Adam
+    reference = cls(groups(theirs), lr=1e-2, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+    for step_grads in grads:
+        for p, q, g in zip(ours, theirs, step_grads, strict=True):
+            p.grad, q.grad = g.clone(), g.clone()
+        fused.step()
+        reference.step()
+    return ours, theirs, fused
+
+
+@pytest.mark.parametrize("adam_w_mode", [True, False], ids=["adamw", "adam_l2"])
+def test_fused_adam_equals_the_unfused_step(adam_w_mode: bool) -> None:
+    ours, theirs, fused = _adam_pair(adam_w_mode)
+    assert isinstance(fused, torch.optim.AdamW)  # megatron's distributed optimizer checks this
+    assert all(g["fused"] for g in fused.param_groups)
+    assert all(g["decoupled_weight_decay"] is adam_w_mode for g in fused.param_groups)
+    for p, q in zip(ours, theirs, strict=True):
+        # fp32: the fused kernel rounds in another order; 8 steps of lr 1e-2 stay within a few ulp
+        torch.testing.assert_close(p, q, rtol=2e-6, atol=2e-7)
+
+
+def test_fused_adam_keeps_its_weight_decay_mode_through_a_checkpoint() -> None:
+    from fl_patch.impls.flaggems.optimizer import FusedAdam
+
+    _, _, fused = _adam_pair(adam_w_mode=False, steps=2)
+    state = fused.state_dict()
+    params = [torch.zeros_like(p, requires_grad=True) for g in fused.param_groups for p in g["params"]]
+    fresh = FusedAdam([{"params": params[:2]}, {"params": params[2:]}], adam_w_mode=False)
+    fresh.load_state_dict(state)  # torch's AdamW.__setstate__ would turn decoupled weight decay on
+    assert [g["decoupled_weight_decay"] for g in fresh.param_groups] == [False, False]
+    with pytest.raises(TypeError, match="exp_avg_dtype"):
+        FusedAdam(params, exp_avg_dtype=torch.float16)
+
+
+def test_multi_tensor_norm_and_scale_without_per_tensor_syncs() -> None:
+    from fl_patch.impls.flaggems.optimizer import local_multi_tensor_l2_norm, local_multi_tensor_scale
+
+    gen = torch.Generator().manual_seed(1)
+    tensors = [torch.randn(s, generator=gen) for s in ((5, 3), (1000,), (2, 2, 2))]
+    half = [torch.randn(7, generator=gen).to(torch.bfloat16)]
+    norm, per = local_multi_tensor_l2_norm(0, None, [tensors + half], True)
+    want = torch.cat([t.double().flatten() for t in tensors + half]).norm()
+    assert norm.shape == (1,) and norm.dtype == torch.float32
+    torch.testing.assert_close(norm.double(), want.reshape(1), rtol=1e-6, atol=0.0)
+    torch.testing.assert_close(per, torch.stack([t.float().norm() for t in tensors + half]))
+    assert local_multi_tensor_l2_norm(0, None, [[]], False)[0].item() == 0.0
+    # in place (gradient clipping), a copy into bf16 (main to model parameters), and scale-and-copy
+    grads = [t.clone() for t in tensors]
+    local_multi_tensor_scale(0, None, [grads, grads], 0.25)
+    for g, t in zip(grads, tensors, strict=True):
+        torch.testing.assert_close(g, t * 0.25, rtol=0, atol=0)
+    model = [torch.empty_like(t, dtype=torch.bfloat16) for t in tensors]
+    local_multi_tensor_scale(0, None, [tensors, model], 1.0)
+    assert all(torch.equal(m, t.to(torch.bfloat16)) for m, t in zip(model, tensors, strict=True))
+    out = [torch.empty_like(t) for t in tensors]
+    local_multi_tensor_scale(0, None, [tensors, out], 3.0)
+    assert all(torch.equal(o, t * 3.0) for o, t in zip(out, tensors, strict=True))
+
+
+def test_megatron_optimizer_steps_with_and_without_the_pack(run_python) -> None:
+    """get_megatron_optimizer builds the pack's fused Adam; six clipped steps equal the unfused ones."""
+    runs = {}
+    for name, extra in (("pack", {"MG_FL_PREFER": "flaggems"}), ("upstream", {})):
+        proc = run_python(str(SUPPORT / "gems_optimizer.py"), env=clean_env(**extra), timeout=300)
+        runs[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+    pack, upstream = runs["pack"], runs["upstream"]
+    assert set(pack) == {"fp32", "bf16", "bf16_distributed"}
+    for setting in pack:
+        ours, theirs = pack[setting], upstream[setting]
+        assert ours["optimizer"] == "fl_patch.impls.flaggems.optimizer.FusedAdam", ours["optimizer"]
+        assert theirs["optimizer"] == "torch.optim.adamw.AdamW" and not any(theirs["fused"])
+        assert all(ours["fused"]) and all(ours["decoupled"])
+        assert ours["grad_norms"][0] == pytest.approx(theirs["grad_norms"][0], rel=1e-6)
+        # fp32 main parameters either way: the updates differ by rounding only
+        assert ours["losses"] == pytest.approx(theirs["losses"], rel=1e-5)
+        assert ours["param_sums"] == pytest.approx(theirs["param_sums"], rel=1e-4, abs=1e-3)

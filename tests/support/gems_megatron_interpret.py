@@ -51,7 +51,8 @@ def main() -> None:
     from megatron.core import parallel_state
 
     parallel_state.initialize_model_parallel(1, 1)
-    import megatron.core.fusions.fused_cross_entropy  # noqa: F401  (so its target is applied too)
+    import megatron.core.fusions.fused_cross_entropy
+    import megatron.core.optimizer  # noqa: F401  (the optimizer patches too)
     from megatron.core import tensor_parallel
     from megatron.core.fusions.fused_softmax import FusedScaleMaskSoftmax
     from megatron.core.models.common.embeddings import rope_utils

@@ -5,6 +5,8 @@ loads only after its target's megatron module has finished loading, and imports 
 kernels on the first call that can use them.
 """
 
+import importlib.util
+
 from fl_patch import register
 
 FLAGGEMS = "flaggems"
@@ -44,6 +46,18 @@ PATCHES: tuple[tuple[str, str], ...] = (
     # config that asks for the path does; nothing changes otherwise)
     ("megatron.core.transformer.attention.HAVE_FUSED_QKV_ROPE", f"{_PACK}.rope.HAVE_FUSED_QKV_ROPE"),
 )
+# The optimizer step megatron-core builds without Apex/TE (optimizer.py): torch's fused Adam
+# behind Apex's FusedAdam constructor, and multi-tensor norm/scale/copy without per-tensor syncs.
+# Only where neither is installed: with them megatron already uses their fused kernels.
+OPTIMIZER_PATCHES: tuple[tuple[str, str], ...] = (
+    ("megatron.core.optimizer.USING_PYTORCH_OPTIMIZER", f"{_PACK}.optimizer.USING_PYTORCH_OPTIMIZER"),
+    ("megatron.core.optimizer.Adam", f"{_PACK}.optimizer.FusedAdam"),
+    ("megatron.core.utils.local_multi_tensor_l2_norm", f"{_PACK}.optimizer.local_multi_tensor_l2_norm"),
+    ("megatron.core.utils.local_multi_tensor_scale", f"{_PACK}.optimizer.local_multi_tensor_scale"),
+)
+HAVE_APEX_OR_TE = any(importlib.util.find_spec(name) is not None for name in ("transformer_engine", "apex"))
+if not HAVE_APEX_OR_TE:
+    PATCHES = PATCHES + OPTIMIZER_PATCHES
 # Names the pack adds to a megatron module where they are absent (TE's function, without TE).
 CREATED: tuple[tuple[str, str], ...] = (
     (
