@@ -394,12 +394,41 @@ def bench_qkv_rope() -> None:
     torch.cuda.empty_cache()
 
 
+# Attention shapes: the 0.85B GPT's, and the issue's [s 4096, 16 heads, 8 kv heads, d 128] at the
+# 1.31B stand-in's micro-batch 2 (tests/support/gems_gpt.py --preset llama131).
+ATTENTION_SHAPES = ((2048, 4, 16, 4, 128), (4096, 2, 16, 8, 128))
+
+
+def _sdpa_row(shape: str, impl: str, qkv, dout, mixed, flops: float, scale: float, backends, note: str) -> None:
+    from torch.nn.attention import sdpa_kernel
+
+    s, b = dout.shape[0], dout.shape[1]
+
+    def sdpa() -> torch.Tensor:
+        q, k, v = (t.permute(1, 2, 0, 3) for t in qkv())
+        with sdpa_kernel(backends):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
+        return out.permute(2, 0, 1, 3).reshape(s, b, -1)
+
+    _row("attention", shape, impl, _fwd_bwd(sdpa, dout), [mixed], flops=flops, note=note)
+
+
 def bench_attention(gems: bool) -> None:
+    for dims in ATTENTION_SHAPES:
+        _bench_attention_at(*dims)
+        torch.cuda.empty_cache()
+
+
+def _bench_attention_at(s: int, b: int, hq: int, hkv: int, d: int) -> None:
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.transformer_config import TransformerConfig
+    from torch.nn.attention import SDPBackend
 
-    s, b, hq, hkv, d = SEQ, MBS, HQ, HKV, HEAD
+    from fl_patch.impls.flaggems import sdpa as pack_sdpa
+
+    if DRY:
+        s, b, hq, hkv, d = SEQ, MBS, HQ, HKV, HEAD
     group = hq // hkv
     mixed = torch.randn(s, b, hkv, (group + 2) * d, device=DEV, dtype=BF16, requires_grad=True)
 
@@ -414,7 +443,7 @@ def bench_attention(gems: bool) -> None:
         num_layers=1, hidden_size=hq * d, num_attention_heads=hq, num_query_groups=hkv, bf16=True,
         params_dtype=BF16, masked_softmax_fusion=False, attention_dropout=0.0,
     )  # fmt: skip
-    module = DotProductAttention(cfg, 1, AttnMaskType.causal, "self").cuda()
+    module = DotProductAttention(cfg, 1, AttnMaskType.causal, "self").to(DEV)
     _row(
         "attention",
         shape,
@@ -425,21 +454,212 @@ def bench_attention(gems: bool) -> None:
         note="upstream DotProductAttention",
     )
     scale = 1.0 / math.sqrt(d)
-    _row(
-        "attention",
-        shape,
-        "ours",
-        _fwd_bwd(lambda: ops.flash_attention(*qkv(), True, scale).view(s, b, -1), dout),
-        [mixed],
-        flops=flops,
+    for backend, note in (("cudnn", "pack default: cuDNN via SDPA"), ("triton", "pack's Triton kernel")):
+        with use_backend("attention", backend):
+            calls = pack_sdpa.CALLS["cudnn"]
+            _row(
+                "attention",
+                shape,
+                f"ours ({backend})",
+                _fwd_bwd(lambda: ops.flash_attention(*qkv(), True, scale).reshape(s, b, -1), dout),
+                [mixed],
+                flops=flops,
+                note=note + (f"; GQA {pack_sdpa.gqa_mode()}" if backend == "cudnn" else ""),
+            )
+            if backend == "cudnn" and pack_sdpa.CALLS["cudnn"] == calls and not DRY:
+                RESULTS["ops"][-1]["note"] += "; cuDNN DID NOT RUN"
+    if not DRY:
+        for name, backends in (
+            ("torch_sdpa (cudnn)", [SDPBackend.CUDNN_ATTENTION]),
+            ("torch_sdpa (flash)", [SDPBackend.FLASH_ATTENTION]),
+            ("torch_sdpa (default)", [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION,
+                                      SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]),
+        ):  # fmt: skip
+            _sdpa_row(shape, name, qkv, dout, mixed, flops, scale, backends, "not in the local spec; enable_gqa")
+
+
+def bench_attention_configs() -> None:
+    """The Triton kernels' block configs at the issue's shape, each kernel alone (stream time)."""
+    from fl_patch.impls.flaggems.kernels import attention as ka
+
+    s, b, hq, hkv, d = ATTENTION_SHAPES[-1] if not DRY else (SEQ, MBS, HQ, HKV, HEAD)
+    group = hq // hkv
+    q = torch.randn(s, b, hq, d, device=DEV, dtype=BF16)
+    k = torch.randn(s, b, hkv, d, device=DEV, dtype=BF16)
+    v = torch.randn(s, b, hkv, d, device=DEV, dtype=BF16)
+    do = torch.randn(s, b, hq, d, device=DEV, dtype=BF16)
+    o = torch.empty_like(q)
+    lse = torch.empty(b * hq, s, device=DEV, dtype=torch.float32)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    scale = 1.0 / math.sqrt(d)
+    qk = scale * 1.4426950408889634
+    prec = "tf32" if not DRY else "interp"
+    common = {"CAUSAL": True, "HEAD_DIM": d, "BLOCK_D": d, "PRECISION": prec}
+    st = lambda t: (t.stride(0), t.stride(1), t.stride(2))  # noqa: E731
+    ka.FlashAttentionFunction.apply  # noqa: B018  (module loaded)
+    out_lse = ka.flash_attention(q, k, v, True, scale)  # noqa: F841  (fills nothing we use: o/lse below)
+    ka._attn_fwd[(triton.cdiv(s, 64), b * hq)](
+        q, k, v, o, lse, qk, s, s, hq, group, *st(q), *st(k), *st(v), *st(o), **common, BLOCK_M=64, BLOCK_N=64
     )
+    delta = (o.float() * do.float()).sum(-1).permute(1, 2, 0).reshape(b * hq, s).contiguous()
+    flops_fwd = 4 * b * hq * s * s * d * 0.5
+    tables = {
+        "fwd": [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 4, 4),
+                (64, 64, 4, 3), (128, 32, 4, 4), (128, 128, 4, 2)],
+        "dkdv": [(32, 128, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2),
+                 (32, 128, 8, 3), (16, 128, 4, 3), (64, 128, 4, 2)],
+        "dq": [(128, 32, 4, 3), (128, 64, 8, 2), (64, 32, 4, 3), (64, 64, 4, 2), (128, 64, 8, 3),
+               (128, 32, 8, 3), (64, 64, 4, 3), (128, 128, 8, 2)],
+    }  # fmt: skip
+    if DRY:
+        tables = {kind: [(16, 16, 4, 1)] for kind in tables}
+    RESULTS["attention_configs"] = []
+    for kind, table in tables.items():
+        for bm, bn, w, stages in table:
+            meta = {**common, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": stages}
+            if kind == "fwd":
+                call = lambda meta=meta: ka._attn_fwd[(triton.cdiv(s, meta["BLOCK_M"]), b * hq)](  # noqa: E731
+                    q, k, v, o, lse, qk, s, s, hq, group, *st(q), *st(k), *st(v), *st(o), **meta
+                )
+                flops = flops_fwd
+            elif kind == "dkdv":
+                call = lambda meta=meta: ka._attn_bwd_dkdv[(triton.cdiv(s, meta["BLOCK_N"]), b * hkv)](  # noqa: E731
+                    q, k, v, do, lse, delta, dk, dv, qk, scale, s, s, hq, group,
+                    *st(q), *st(k), *st(v), *st(do), *st(dk), **meta,
+                )  # fmt: skip
+                flops = 2.0 * flops_fwd  # dV, dP^T, dK (and the recomputed S): 4 of the 5 products
+            else:
+                call = lambda meta=meta: ka._attn_bwd_dq[(triton.cdiv(s, meta["BLOCK_M"]), b * hq)](  # noqa: E731
+                    q, k, v, do, lse, delta, dq, qk, scale, s, s, hq, group,
+                    *st(q), *st(k), *st(v), *st(do), *st(dq), **meta,
+                )  # fmt: skip
+                flops = 1.5 * flops_fwd
+            entry = {"kernel": kind, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": stages}
+            try:
+                t0 = time.perf_counter()
+                call()
+                entry["compile_s"] = time.perf_counter() - t0
+                if not DRY:
+                    ms = graph_timed(call)
+                    entry["ms"] = ms
+                    entry["TFLOPs_nominal"] = flops / (ms / 1e3) / 1e12
+            except Exception as exc:  # noqa: BLE001
+                entry["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            RESULTS["attention_configs"].append(entry)
+            print("  attn config", entry, flush=True)
+    torch.cuda.empty_cache()
 
-    def sdpa() -> torch.Tensor:
-        q, k, v = (t.permute(1, 2, 0, 3) for t in qkv())
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
-        return out.permute(2, 0, 1, 3).reshape(s, b, -1)
 
-    _row("attention", shape, "torch_sdpa", _fwd_bwd(sdpa, dout), [mixed], flops=flops, note="not in the local spec")
+def _stand_in_shapes() -> list[tuple[int, ...]]:
+    """Parameter shapes of the 1.31B stand-in (gems_gpt.py --preset llama131): 25 layers, hidden 2048."""
+    h, ffn, vocab, layers, qkv = 2048, 5632, 32000, 25, (16 + 2 * 8) * 128
+    if DRY:
+        h, ffn, vocab, layers, qkv = 64, 96, 500, 2, 128
+    per_layer = [(h,), (qkv, h), (h, h), (h,), (2 * ffn, h), (h, ffn)]
+    return [(vocab, h), *(per_layer * layers), (h,), (vocab, h)]
+
+
+def _event_ms(fn: Callable[[], None], reps: int = 5) -> float:
+    if DRY:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def bench_optimizer() -> None:
+    """Megatron's optimizer-step pieces without Apex/TE for the stand-in's fp32 main parameters, upstream vs pack."""
+    from megatron.core import utils as mutils
+
+    from fl_patch.impls.flaggems import optimizer as pack
+
+    shapes = _stand_in_shapes()
+    n = sum(math.prod(sh) for sh in shapes)
+    gen = torch.Generator(device=DEV).manual_seed(0)
+    params = [torch.randn(sh, device=DEV, generator=gen) * 0.02 for sh in shapes]
+    grads = [torch.randn(sh, device=DEV, generator=gen) * 1e-3 for sh in shapes]
+    entries = RESULTS.setdefault("optimizer", [])
+
+    def record(what: str, impl: str, ms: float, nbytes: float, note: str = "") -> None:
+        entry = {"what": what, "impl": impl, "ms": ms, "params": n, "TBps": nbytes / (ms / 1e3) / 1e12, "note": note}
+        entries.append(entry)
+        print(f"  optimizer {what:28s} {impl:26s} {ms:8.3f} ms  {entry['TBps']:.2f} TB/s {note}", flush=True)
+
+    for name, make in (
+        ("torch AdamW (foreach)", lambda ps: torch.optim.AdamW(ps, lr=1e-4, weight_decay=0.1)),
+        ("pack FusedAdam", lambda ps: pack.FusedAdam(ps, lr=1e-4, weight_decay=0.1, adam_w_mode=True)),
+    ):
+        ps = [p.clone().requires_grad_(True) for p in params]
+        for p, g in zip(ps, grads, strict=True):
+            p.grad = g
+        opt = make(ps)
+        ms = _event_ms(opt.step)
+        fused = bool(opt.param_groups[0].get("fused"))
+        record("Adam step", name, ms, 28.0 * n, f"fused={fused}; bytes: p, g, m, v read, p, m, v written")
+        del opt, ps
+        torch.cuda.empty_cache()
+    l2_up = mutils.local_multi_tensor_l2_norm if not DRY else None
+    if l2_up is not None and l2_up.__module__ == "megatron.core.utils":
+        record("grad L2 norm", "upstream local_multi_tensor_l2_norm", _event_ms(lambda: l2_up(0, None, [grads], False)),
+               4.0 * n, "one torch.norm and one host sync per tensor")  # fmt: skip
+    record("grad L2 norm", "pack (foreach)", _event_ms(lambda: pack.local_multi_tensor_l2_norm(0, None, [grads], False)),
+           4.0 * n)  # fmt: skip
+    scale_up = mutils.local_multi_tensor_scale
+    if scale_up.__module__ == "megatron.core.utils":
+        record("clip (grads *= c)", "upstream local_multi_tensor_scale",
+               _event_ms(lambda: scale_up(0, None, [grads, grads], 0.999)), 8.0 * n, "copy_(src * scale) per tensor")  # fmt: skip
+    record("clip (grads *= c)", "pack (foreach)",
+           _event_ms(lambda: pack.local_multi_tensor_scale(0, None, [grads, grads], 0.999)), 8.0 * n)  # fmt: skip
+    model = [torch.empty(sh, device=DEV, dtype=BF16) for sh in shapes]
+    if scale_up.__module__ == "megatron.core.utils":
+        record("main -> model params (bf16)", "upstream local_multi_tensor_scale",
+               _event_ms(lambda: scale_up(0, None, [params, model], 1.0)), 6.0 * n, "fp32 temporary per tensor")  # fmt: skip
+    record("main -> model params (bf16)", "pack (foreach copy)",
+           _event_ms(lambda: pack.local_multi_tensor_scale(0, None, [params, model], 1.0)), 6.0 * n)  # fmt: skip
+    params = grads = model = []
+    torch.cuda.empty_cache()
+
+
+def bench_launch() -> None:
+    """Eager forward+backward of small ops with the lean launch path and with triton's own (FL_GEMS_LEAN_LAUNCH=0)."""
+    x = torch.randn(8192 if not DRY else 33, 2048 if not DRY else 64, device=DEV, dtype=BF16, requires_grad=True)
+    w = torch.ones(x.shape[1], device=DEV, dtype=BF16, requires_grad=True)
+    dy = torch.randn_like(x)
+    y = torch.randn(SEQ, MBS, 2 * FFN, device=DEV, dtype=BF16, requires_grad=True)
+    dys = torch.randn(SEQ, MBS, FFN, device=DEV, dtype=BF16)
+    t = torch.randn(SEQ, MBS, HQ, HEAD, device=DEV, dtype=BF16, requires_grad=True)
+    freqs = torch.randn(SEQ, 1, 1, HEAD, device=DEV)
+    dt = torch.randn_like(t)
+    cases = (
+        ("rms_norm", f"[{x.shape[0]}, {x.shape[1]}]", _fwd_bwd(lambda: ops.rms_norm(x, w, 1e-5), dy), [x, w],
+         _fwd_bwd(lambda: F.rms_norm(x, (x.shape[1],), w, 1e-5), dy)),
+        ("swiglu", f"[{SEQ}, {MBS}, 2x{FFN}]", _fwd_bwd(lambda: ops.swiglu(y), dys), [y],
+         _fwd_bwd(lambda: F.silu(y[..., :FFN]) * y[..., FFN:], dys)),
+        ("rope", f"[{SEQ}, {MBS}, {HQ}, {HEAD}]", _fwd_bwd(lambda: ops.rotary(t, freqs, 1.0, False), dt), [t], None),
+    )  # fmt: skip
+    for op, shape, fn, grads, torch_fn in cases:
+        if torch_fn is not None:
+            _row(f"{op} (eager)", shape, "torch", torch_fn, grads, graph=False)
+        _row(f"{op} (eager)", shape, "ours (lean launch)", fn, grads, graph=False)
+
+        def classic(fn=fn) -> None:
+            os.environ["FL_GEMS_LEAN_LAUNCH"] = "0"
+            try:
+                fn()
+            finally:
+                os.environ.pop("FL_GEMS_LEAN_LAUNCH", None)
+
+        _row(f"{op} (eager)", shape, "ours (triton launch)", classic, grads, graph=False)
     torch.cuda.empty_cache()
 
 
@@ -695,6 +915,7 @@ def main() -> int:
     sections = {
         "norms": lambda: bench_norms(liger, gems), "swiglu": lambda: bench_swiglu(liger, gems),
         "rope": lambda: bench_rope(liger), "qkv_rope": bench_qkv_rope, "attention": lambda: bench_attention(gems),
+        "attention_configs": bench_attention_configs, "optimizer": bench_optimizer, "launch": bench_launch,
         "softmax": lambda: bench_softmax(liger), "cross_entropy": lambda: bench_cross_entropy(liger, gems),
         "gemm": lambda: bench_gemm(gems),
         "attention_flaggems": (lambda: bench_attention_flaggems()) if gems else (lambda: None),

@@ -9,7 +9,9 @@
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH || exit
 #   set -o pipefail; bash bench/gpu_session.sh 2>&1 | tee $OUT/log
-# GEMS_STAGES (default "tests ops e2e e2e_fused") picks stages; GEMS_OPS_TIMEOUT (default 200 s) bounds the op bench; GEMS_PYTEST_K is pytest's -k expression
+# GEMS_STAGES (default "tests ops e2e e2e_fused") picks stages ("e2e13": the 1.31B stand-in at seq 4096,
+# upstream, then the pack with empty triton and autotune caches (cold), then again with them (warm);
+# "e2e13_triton": the pack with FL_GEMS_BACKEND=attention=triton); GEMS_OPS_TIMEOUT (default 200 s) bounds the op bench; GEMS_PYTEST_K is pytest's -k expression
 # (e.g. "loss_curves or other_mask"); GEMS_PYTEST_ARGS adds other pytest args (word-split).
 # The GPU tests are compile-bound (each case specializes kernels anew: about 6 s a test in
 # one process), so they run in GEMS_TEST_WORKERS pytest-xdist workers (default 12).
@@ -51,6 +53,23 @@ for s in $STAGES; do
     e2e_fused)  # the pack with megatron's fused_single_qkv_rope path (query and key rotated in one launch)
       fits 40 e2e_fused || continue
       stage e2e_pack_fused env MG_FL_PREFER=flaggems timeout 120 python3 tests/support/gems_gpt.py --mode throughput --fused-qkv-rope --out "$OUT/e2e_pack_fused.json"
+      ;;
+    e2e13)  # gems_gpt.py --preset llama131: upstream, the pack cold (empty caches), the pack warm (caches from cold)
+      fits 200 e2e13 || continue
+      cold=/tmp/gems_cold
+      rm -rf "$cold"
+      stage e2e13_upstream env FL_PATCH=0 timeout 120 python3 tests/support/gems_gpt.py --mode throughput --preset llama131 --out "$OUT/e2e13_upstream.json"
+      stage e2e13_pack_cold env MG_FL_PREFER=flaggems TRITON_CACHE_DIR=$cold/triton FL_GEMS_CACHE_DIR=$cold/gems TRITON_PRINT_AUTOTUNING=1 \
+        timeout 200 python3 tests/support/gems_gpt.py --mode throughput --preset llama131 --out "$OUT/e2e13_pack_cold.json"
+      stage e2e13_pack_warm env MG_FL_PREFER=flaggems TRITON_CACHE_DIR=$cold/triton FL_GEMS_CACHE_DIR=$cold/gems TRITON_PRINT_AUTOTUNING=1 \
+        timeout 120 python3 tests/support/gems_gpt.py --mode throughput --preset llama131 --out "$OUT/e2e13_pack_warm.json"
+      cp "$cold"/gems/autotune-*.json "$OUT/" 2>/dev/null
+      ;;
+    e2e13_triton)
+      fits 60 e2e13_triton || continue
+      stage e2e13_pack_triton env MG_FL_PREFER=flaggems FL_GEMS_BACKEND=attention=triton TRITON_CACHE_DIR=/tmp/gems_cold/triton \
+        FL_GEMS_CACHE_DIR=/tmp/gems_cold/gems timeout 150 python3 tests/support/gems_gpt.py --mode throughput --preset llama131 \
+        --out "$OUT/e2e13_pack_triton.json"
       ;;
     tests)
       stage tests env GEMS_CURVE_OUT="$OUT/curves.json" timeout ${GEMS_TEST_TIMEOUT:-200} python3 -m pytest tests/test_flaggems_gpu.py \

@@ -105,3 +105,54 @@ def test_norm_weight_gradient_reduction_over_many_partial_rows(run_python) -> No
         # bf16, seen here: 1 + 2**-8 + 2**-12 became 1.0; torch and the GPU round to nearest)
         assert r["dw"] < 8e-3 and r["db"] < 8e-3
         assert r["fp32_over_bound"] <= 1.0
+
+
+_STORE_SNIPPET = """
+import json, os
+from fl_patch.impls.flaggems.kernels import TuneStore, norms
+
+class Tuner:  # what TuneStore reads of a triton autotuner: its kernel, its configs, its key -> config cache
+    def __init__(self, real, configs=None):
+        self.fn, self.configs, self.cache = real.fn, list(configs or real.configs), {}
+
+real = norms._RMS_BWD
+device = "Some GPU-sm90-triton3.6.0"
+a = Tuner(real)
+a.cache[(2048, 8192, "torch.bfloat16", "torch.float32")] = real.configs[5]
+TuneStore(device).save(a)
+b = Tuner(real)
+b.cache[(4096, 16384, "torch.bfloat16", "torch.float32")] = real.configs[7]
+TuneStore(device).save(b)  # merges with a's pick
+fresh = Tuner(real)
+loaded = TuneStore(device).load(fresh)
+again, tuner = TuneStore(device), Tuner(real)
+twice = [again.load(tuner), again.load(tuner)]  # once per tuner a process
+fewer = Tuner(real, real.configs[:5])  # another config list: another kernel id, nothing loaded
+n_fewer = TuneStore(device).load(fewer)
+path = TuneStore(device).path()
+data = json.load(open(path))
+(kernel_id,) = data
+data[kernel_id].append([[1, 2], {"kwargs": {"BLOCK_M": 999}, "num_warps": 4, "num_stages": 3}])  # not a config
+with open(path, "w") as f:
+    json.dump(data, f)
+n_stale = TuneStore(device).load(Tuner(real))
+os.environ["FL_GEMS_AUTOTUNE_CACHE"] = "0"
+n_off = TuneStore(device).load(Tuner(real))
+print(json.dumps({
+    "loaded": loaded, "twice": twice, "fewer": n_fewer, "stale": n_stale, "off": n_off, "same": [fresh.cache.get(k) is c for k, c in {**a.cache, **b.cache}.items()],
+    "file": os.path.basename(path), "ids": [TuneStore.kernel_id(fewer) != kernel_id],
+}))
+"""
+
+
+def test_autotune_store_keeps_picks_by_kernel_source_and_configs(run_python, tmp_path) -> None:
+    """Picks written by one process load in another; another config list, a pick that is no config, or the
+    store turned off load nothing. (The GPU test runs the real tuner across two processes.)"""
+    env = triton_env(interpret=False, FL_GEMS_CACHE_DIR=str(tmp_path))
+    proc = run_python("-c", _STORE_SNIPPET, env=env, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {
+        "loaded": 2, "twice": [2, 0], "fewer": 0, "stale": 2, "off": 0, "same": [True, True],
+        "file": "autotune-Some_GPU-sm90-triton3.6.0.json", "ids": [True],
+    }  # fmt: skip

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Builds DEST/fl_patch: the committed engine (git HEAD) with the working tree's FlagGems pack in it,
-# for runs while the engine's working copy is mid-edit (another engineer's refactor). Put DEST
-# first on PYTHONPATH. Usage: bash bench/support/gems_shadow.sh DEST
+# Builds DEST: a copy of the repository at git HEAD with the working tree's FlagGems-pack paths laid
+# over it (fl_patch/impls/flaggems, tests/test_flaggems_*.py, tests/support/gems_*.py, bench/gpu_*,
+# bench/support/gems_*), for runs while another engineer's working copy of the engine is mid-edit.
+# Run from DEST as from the repository. Usage: bash bench/support/gems_shadow.sh DEST
 set -euo pipefail
 dest=${1:?destination folder}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-rm -rf "$dest/fl_patch"
+rm -rf "$dest"
 mkdir -p "$dest"
-git -C "$repo" archive HEAD fl_patch | tar -x -C "$dest"
+git -C "$repo" archive HEAD | tar -x -C "$dest"
 rm -rf "$dest/fl_patch/impls/flaggems"
 cp -r "$repo/fl_patch/impls/flaggems" "$dest/fl_patch/impls/flaggems"
-find "$dest/fl_patch" -name __pycache__ -prune -exec rm -rf {} +
-echo "$dest/fl_patch: engine of $(git -C "$repo" rev-parse --short HEAD), FlagGems pack of the working tree"
+cp "$repo"/tests/test_flaggems_*.py "$dest/tests/"
+cp "$repo"/tests/support/gems_*.py "$dest/tests/support/"
+cp "$repo"/bench/gpu_* "$dest/bench/"
+mkdir -p "$dest/bench/support"
+cp "$repo"/bench/support/gems_* "$dest/bench/support/"
+find "$dest" -name __pycache__ -prune -exec rm -rf {} +
+echo "$dest: repository at $(git -C "$repo" rev-parse --short HEAD) with the working tree's FlagGems-pack paths"

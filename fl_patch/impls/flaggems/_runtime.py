@@ -31,6 +31,7 @@ __all__ = [
     "fallback_summary",
     "interpreting",
     "kernel_unavailable",
+    "note_once",
     "reset_fallbacks",
     "use_backend",
 ]
@@ -47,11 +48,13 @@ BACKENDS: dict[str, tuple[str, ...]] = {
     "swiglu": ("triton", "flaggems"),
     "rope": ("triton",),
     "qkv_rope": ("triton",),  # megatron's fused_single_qkv_rope path (FlagGems 5.0.2 has none)
-    "attention": ("triton",),  # FlagGems 5.0.2's: always-causal backward, illegal memory access on H200
+    # cuDNN's fused attention through torch SDPA, else this project's Triton kernel (FlagGems 5.0.2's:
+    # always-causal backward, illegal memory access on H200)
+    "attention": ("cudnn", "triton"),
     "softmax": ("triton",),
     "cross_entropy": ("triton",),  # FlagGems 5.0.2's: bf16 loss, other semantics off-vocab, crash on strided rows
 }
-DEFAULT_BACKEND: dict[str, str] = dict.fromkeys(BACKENDS, "triton")
+DEFAULT_BACKEND: dict[str, str] = {op: names[0] for op, names in BACKENDS.items()}
 
 FALLBACKS: dict[tuple[str, str], int] = {}
 _lock = threading.Lock()
@@ -115,6 +118,19 @@ def fallback(op: str, reason: str) -> None:
         FALLBACKS[key] = count + 1
     if count == 0:
         LOG.warning("fl_patch flaggems: %s runs upstream megatron-core: %s (logged once)", op, reason)
+
+
+_notes: set[tuple[str, str]] = set()
+
+
+def note_once(op: str, message: str) -> None:
+    """Say once that ``op`` runs another of the pack's own backends than the chosen one (not an upstream fallback)."""
+    key = (op, message)
+    with _lock:
+        if key in _notes:
+            return
+        _notes.add(key)
+    LOG.warning("fl_patch flaggems: %s: %s (logged once)", op, message)
 
 
 def fallback_summary() -> list[str]:

@@ -16,9 +16,12 @@ tensor, on the GPU), it runs ``ops.flash_attention`` on q/k/v where they lie
 and returns the [sq, b, np * hn] context upstream returns. Scale: upstream's
 ``softmax_scale`` times the softmax's ``scale`` (query-key layer scaling), so the
 product is the same. Anything else goes to upstream's forward, saying why once.
-Backend: this project's kernel only. FlagGems 5.0.2's attention is not used: its
-backward always applies the causal mask and, at the GPT's training shape, hit an
-illegal memory access on an H200 (gems.py says more).
+Backend (``ops.flash_attention``): cuDNN's fused attention through torch SDPA
+(``sdpa.py``) where it takes the call (bf16/fp16 on CUDA, head dim a multiple of 8 up
+to 128), else this project's Triton flash attention (``FL_GEMS_BACKEND=attention=triton``
+forces it). FlagGems 5.0.2's attention is not used: its backward always applies the
+causal mask and, at the GPT's training shape, hit an illegal memory access on an H200
+(gems.py says more).
 
 Upstream reference: megatron-core 0.19.2
 ``megatron/core/transformer/dot_product_attention.py`` (``DotProductAttention.forward``),
@@ -127,4 +130,4 @@ def dot_product_attention_forward(
         )
     scale = self.softmax_scale * (self.scale_mask_softmax.scale or 1.0)
     context = ops.flash_attention(query, key, value, causal, scale)
-    return context.view(context.shape[0], context.shape[1], -1)
+    return context.reshape(context.shape[0], context.shape[1], -1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ._runtime import backend
+from ._runtime import backend, note_once
 
 __all__ = ["attention_reason", "cross_entropy", "flash_attention", "layer_norm", "rms_norm", "rotary", "swiglu"]
 
@@ -69,8 +69,22 @@ def attention_reason(sq: int, sk: int, causal: bool, head_dim: int) -> str | Non
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float) -> torch.Tensor:
-    """Attention of q [sq, b, hq, d] over k, v [sk, b, hkv, d]; [sq, b, hq, d] out (this project's kernel:
-    FlagGems 5.0.2's attention is wrong for non-causal backward and crashed at the training shape)."""
+    """Attention of q [sq, b, hq, d] over k, v [sk, b, hkv, d]; [sq, b, hq, d] out.
+
+    Backend "cudnn" (default): cuDNN's fused attention through torch SDPA (``sdpa.py``),
+    where it takes the call; else, and with ``FL_GEMS_BACKEND=attention=triton``, this
+    project's Triton flash attention. FlagGems 5.0.2's attention is not offered (wrong
+    non-causal backward, crashed at the training shape)."""
+    if backend("attention") == "cudnn":
+        from . import sdpa
+
+        reason = sdpa.unsupported(q, k, v, causal)
+        if reason is None:
+            try:
+                return sdpa.cudnn_attention(q, k, v, causal, sm_scale)
+            except sdpa.Unsupported as exc:
+                reason = str(exc)
+        note_once("attention", f"cuDNN attention not used ({reason}): the pack's Triton kernel runs")
     from .kernels.attention import flash_attention as impl
 
     return impl(q, k, v, causal, sm_scale)

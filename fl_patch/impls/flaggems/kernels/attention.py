@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from .._runtime import interpreting
-from . import autotune_enabled
+from . import launch, run
 
 __all__ = ["MAX_HEAD_DIM", "FlashAttentionFunction", "flash_attention"]
 
@@ -353,14 +353,11 @@ def _fixed(kind: str, dtype: torch.dtype, head_dim: int) -> tuple[int, int, int,
 
 
 def _launch(kind: str, kernel: triton.JITFunction, tuned: object, grid_of, dtype, head_dim, *args, **meta) -> None:
-    """Run ``kernel`` autotuned (half precision on a GPU), else with one fixed config."""
-    if autotune_enabled() and dtype != torch.float32 and head_dim <= 128:
-        tuned[lambda m: grid_of(m["BLOCK_M"], m["BLOCK_N"])](*args, **meta)
-        return
+    """Run ``kernel`` autotuned (half precision on a GPU, head dim <= 128), else with one fixed config."""
     block_m, block_n, warps, stages = _fixed(kind, dtype, head_dim)
-    kernel[grid_of(block_m, block_n)](
-        *args, **meta, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages
-    )
+    default = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+    tunable = dtype != torch.float32 and head_dim <= 128
+    launch(kernel, tuned if tunable else None, lambda m: grid_of(m["BLOCK_M"], m["BLOCK_N"]), default, *args, **meta)
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -417,8 +414,8 @@ class FlashAttentionFunction(torch.autograd.Function):
         qk_scale = ctx.sm_scale * _LOG2E
         delta = torch.empty((b * hq, sq), dtype=torch.float32, device=q.device)
         block_rows = 64 if not interpreting() else 16
-        _attn_bwd_delta[(triton.cdiv(sq, block_rows), b * hq)](
-            out, dout, delta, sq, hq, *_strides3(out), *_strides3(dout),
+        run(
+            _attn_bwd_delta, (triton.cdiv(sq, block_rows), b * hq), out, dout, delta, sq, hq, *_strides3(out), *_strides3(dout),
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=block_rows,
         )  # fmt: skip
         dq = torch.empty((sq, b, hq, d), dtype=q.dtype, device=q.device)

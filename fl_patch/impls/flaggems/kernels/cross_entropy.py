@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import rows
+from . import rows, run
 
 __all__ = ["CrossEntropyFunction", "cross_entropy"]
 
@@ -100,8 +100,8 @@ class CrossEntropyFunction(torch.autograd.Function):
         lse = torch.empty(n, dtype=torch.float32, device=logits.device)
         block, warps = _block(vocab)
         if n > 0:
-            _ce_fwd[(n,)](
-                x2, target1, loss, lse, vocab, x2.stride(0), smoothing,
+            run(
+                _ce_fwd, (n,), x2, target1, loss, lse, vocab, x2.stride(0), smoothing,
                 SMOOTH=smoothing > 0, BLOCK=block, num_warps=warps,
             )  # fmt: skip
         ctx.save_for_backward(x2, target1, lse)
@@ -119,9 +119,10 @@ class CrossEntropyFunction(torch.autograd.Function):
         dx = torch.empty((n, vocab), dtype=x2.dtype, device=x2.device)
         block, warps = _block(vocab)
         if n > 0:
-            _ce_bwd[(n,)](
-                x2, target1, lse, grad1, dx, vocab, x2.stride(0), vocab, ctx.smoothing, BLOCK=block, num_warps=warps
-            )
+            run(
+                _ce_bwd, (n,), x2, target1, lse, grad1, dx, vocab, x2.stride(0), vocab, ctx.smoothing,
+                BLOCK=block, num_warps=warps,
+            )  # fmt: skip
         return dx.view(ctx.logits_shape), None, None
 
 

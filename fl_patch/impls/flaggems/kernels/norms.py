@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import graph_timed, launch, multiprocessors, rows
+from . import graph_timed, launch, multiprocessors, rows, run
 
 __all__ = ["MAX_WIDTH", "LayerNormFunction", "RMSNormFunction", "layer_norm", "rms_norm"]
 
@@ -217,7 +217,8 @@ def _reduce_parts(
     # so the tile is tall and narrow: 8192 elements, 8 columns (one 32-byte sector) or more.
     block_p = min(triton.next_power_of_2(max(used, 1)), 1024)
     block_c = min(triton.next_power_of_2(n), max(8, 8192 // block_p))
-    _sum_parts[(triton.cdiv(n, block_c),)](
+    run(
+        _sum_parts, (triton.cdiv(n, block_c),),
         dw_part, dw, db_part if db_part is not None else dw_part, db if db is not None else dw, used, n,
         HAS_B=db_part is not None, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=8 if block_p * block_c >= 8192 else 4,
     )  # fmt: skip

@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import run
+
 __all__ = ["MAX_KEYS", "ScaledMaskedSoftmaxFunction", "scaled_masked_softmax"]
 
 MAX_KEYS = 32768
@@ -106,8 +108,8 @@ class ScaledMaskedSoftmaxFunction(torch.autograd.Function):
         y = torch.empty((b, h, sq, sk), dtype=out_dtype, device=x.device)
         block, warps = _block(sk)
         if x2.shape[0] > 0:
-            _softmax_fwd[(x2.shape[0],)](
-                x2, mask if mask is not None else x2, y, h, sq, sk, x2.stride(0), *strides, scale,
+            run(
+                _softmax_fwd, (x2.shape[0],), x2, mask if mask is not None else x2, y, h, sq, sk, x2.stride(0), *strides, scale,
                 MASK_KIND=kind, BLOCK=block, num_warps=warps,
             )  # fmt: skip
         ctx.save_for_backward(y, mask)
@@ -123,8 +125,8 @@ class ScaledMaskedSoftmaxFunction(torch.autograd.Function):
         strides = _mask_strides(mask, (b, h, sq, sk))
         block, warps = _block(sk)
         if dy2.shape[0] > 0:
-            _softmax_bwd[(dy2.shape[0],)](
-                y, dy2, mask if mask is not None else y, dx, h, sq, sk, dy2.stride(0), *strides, ctx.scale,
+            run(
+                _softmax_bwd, (dy2.shape[0],), y, dy2, mask if mask is not None else y, dx, h, sq, sk, dy2.stride(0), *strides, ctx.scale,
                 MASK_KIND=ctx.kind, BLOCK=block, num_warps=warps,
             )  # fmt: skip
         return dx, None, None, None, None
