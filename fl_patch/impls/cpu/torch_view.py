@@ -22,9 +22,13 @@ every attribute to the real ``torch`` except, explicitly:
   (``"cuda"``, ``"cuda:1"``, ``torch.device("cuda")``, an int ordinal) becomes ``cpu``.
 - ``autocast``: ``device_type="cuda"`` becomes ``"cpu"``.
 
-Global ``torch`` is never changed: other modules, the user's script and torch itself
+A view never changes global ``torch``: other modules, the user's script and torch itself
 keep the real one. Anything not listed goes to the real ``torch`` / ``torch.cuda``
-unchanged, so an uncovered CUDA call still fails loudly, exactly as upstream would.
+unchanged, so an uncovered CUDA call still fails loudly, exactly as upstream would. (The
+process-wide CUDA-on-CPU transfer, ``cuda_on_cpu.py``, is what changes global ``torch``,
+for the code around megatron; the views stay in place with it on, so a megatron module
+behaves the same with the transfer on or off. Streams, events and the "CUDA" RNG are the
+same objects in both: ``cuda_stand_ins.py``.)
 
 Two flavours exist. :data:`CPU_TORCH` tells the truth about the machine (no CUDA
 device: ``torch.cuda.is_available()`` is False), which is what megatron-core's own
@@ -41,20 +45,21 @@ of hard-coding ``"cuda"`` (each registration says which lines).
 from __future__ import annotations
 
 import contextlib
-import time
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
+from . import cuda_stand_ins
 from ._compat import warn_if_unverified
+from .cuda_stand_ins import CPU, Event, Stream, cpu_device, default_stream
 
-__all__ = ["CPU_TORCH", "CPU_TORCH_ONE_DEVICE", "CpuTorchView", "CudaOnCpu", "cpu_device"]
+__all__ = ["CPU_TORCH", "CPU_TORCH_ONE_DEVICE", "CpuTorchView", "CudaOnCpu", "Event", "Stream", "cpu_device"]
 
 warn_if_unverified()
 
-_CPU = torch.device("cpu")
+_CPU = CPU
 
 # torch functions that take a ``device`` keyword and that megatron calls with "cuda".
 _FACTORIES = (
@@ -79,17 +84,6 @@ _FACTORIES = (
 )
 
 
-def cpu_device(device: object) -> object:
-    """``device`` with any CUDA device replaced by ``cpu`` (other values unchanged)."""
-    if isinstance(device, torch.device):
-        return _CPU if device.type == "cuda" else device
-    if isinstance(device, str):
-        return _CPU if device == "cuda" or device.startswith("cuda:") else device
-    if isinstance(device, int) and not isinstance(device, bool):
-        return _CPU  # a CUDA ordinal, as torch.cuda.current_device() returns
-    return device
-
-
 def _on_cpu(factory: Callable[..., Any]) -> Callable[..., Any]:
     def factory_on_cpu(*args: Any, **kwargs: Any) -> Any:
         if "device" in kwargs:
@@ -102,77 +96,28 @@ def _on_cpu(factory: Callable[..., Any]) -> Callable[..., Any]:
     return factory_on_cpu
 
 
-class Event:
-    """A stand-in ``torch.cuda.Event``: CPU work is synchronous, so it is complete when recorded."""
-
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
-        self._recorded_at: float | None = None
-
-    def record(self, stream: object = None) -> None:
-        self._recorded_at = time.perf_counter()
-
-    def wait(self, stream: object = None) -> None:
-        return None
-
-    def query(self) -> bool:
-        return True
-
-    def synchronize(self) -> None:
-        return None
-
-    def elapsed_time(self, end_event: Event) -> float:
-        """Milliseconds between two recorded events (as ``torch.cuda.Event.elapsed_time``)."""
-        if self._recorded_at is None or end_event._recorded_at is None:
-            raise RuntimeError("both events must be recorded before elapsed_time()")
-        return (end_event._recorded_at - self._recorded_at) * 1000.0
-
-
-class Stream:
-    """A stand-in ``torch.cuda.Stream``: there is one ordered CPU queue, so waits are no-ops."""
-
-    def __init__(self, device: object = None, priority: int = 0, **kwargs: object) -> None:
-        self.device = _CPU
-        self.priority = priority
-
-    def wait_stream(self, stream: object) -> None:
-        return None
-
-    def wait_event(self, event: object) -> None:
-        return None
-
-    def record_event(self, event: Event | None = None) -> Event:
-        event = event if event is not None else Event()
-        event.record(self)
-        return event
-
-    def query(self) -> bool:
-        return True
-
-    def synchronize(self) -> None:
-        return None
-
-
-_DEFAULT_STREAM = Stream()
-
-
 class _Nvtx(types.ModuleType):
     """``torch.cuda.nvtx``: profiler ranges, which have no meaning without a GPU."""
 
     def __init__(self) -> None:
         super().__init__("torch.cuda.nvtx", "NVTX ranges as no-ops (CPU view of torch)")
+        self.range_push = cuda_stand_ins.nvtx_range_push
+        self.range_pop = cuda_stand_ins.nvtx_range_pop
+        self.mark = cuda_stand_ins.nvtx_mark
+        self.range = cuda_stand_ins.nvtx_range
 
-    def range_push(self, msg: str) -> int:
-        return 0
 
-    def range_pop(self) -> int:
-        return 0
-
-    def mark(self, msg: str) -> None:
-        return None
-
-    @contextlib.contextmanager
-    def range(self, msg: str, *args: object, **kwargs: object) -> Iterator[None]:
-        yield
+_RNG_FUNCTIONS = (
+    "get_rng_state",
+    "set_rng_state",
+    "get_rng_state_all",
+    "set_rng_state_all",
+    "manual_seed",
+    "manual_seed_all",
+    "seed",
+    "seed_all",
+    "initial_seed",
+)
 
 
 class _CudaRandom(types.ModuleType):
@@ -180,31 +125,8 @@ class _CudaRandom(types.ModuleType):
 
     def __init__(self) -> None:
         super().__init__("torch.cuda.random", "the CUDA RNG API, acting on the CPU default generator")
-
-    def get_rng_state(self, device: object = "cuda") -> torch.Tensor:
-        return torch.get_rng_state()
-
-    def set_rng_state(self, new_state: torch.Tensor, device: object = "cuda") -> None:
-        torch.set_rng_state(new_state)
-
-    def get_rng_state_all(self) -> list[torch.Tensor]:
-        return [torch.get_rng_state()]
-
-    def set_rng_state_all(self, new_states: list[torch.Tensor]) -> None:
-        for state in new_states:
-            torch.set_rng_state(state)
-
-    def manual_seed(self, seed: int) -> None:
-        torch.default_generator.manual_seed(int(seed))
-
-    def manual_seed_all(self, seed: int) -> None:
-        torch.default_generator.manual_seed(int(seed))
-
-    def seed(self) -> None:
-        torch.default_generator.seed()
-
-    def initial_seed(self) -> int:
-        return torch.default_generator.initial_seed()
+        for name in _RNG_FUNCTIONS:
+            setattr(self, name, getattr(cuda_stand_ins, name))
 
 
 class CudaOnCpu(types.ModuleType):
@@ -217,17 +139,8 @@ class CudaOnCpu(types.ModuleType):
         self.nvtx = _Nvtx()
         self.Stream = Stream
         self.Event = Event
-        for name in (
-            "get_rng_state",
-            "set_rng_state",
-            "get_rng_state_all",
-            "set_rng_state_all",
-            "manual_seed",
-            "manual_seed_all",
-            "seed",
-            "initial_seed",
-        ):
-            setattr(self, name, getattr(self.random, name))
+        for name in _RNG_FUNCTIONS:
+            setattr(self, name, getattr(cuda_stand_ins, name))
         self.default_generators = (torch.default_generator,)
 
     def __getattr__(self, name: str) -> Any:
@@ -265,10 +178,10 @@ class CudaOnCpu(types.ModuleType):
 
     # -- streams
     def current_stream(self, device: object = None) -> Stream:
-        return _DEFAULT_STREAM
+        return default_stream()
 
     def default_stream(self, device: object = None) -> Stream:
-        return _DEFAULT_STREAM
+        return default_stream()
 
     @contextlib.contextmanager
     def stream(self, stream: object) -> Iterator[None]:

@@ -1,0 +1,321 @@
+"""Megatron-LM's own unit tests on a CPU, world size 1, with the CUDA-on-CPU transfer off and on.
+
+Runs a chosen subset of ``tests/unit_tests`` of a Megatron-LM checkout (the tag that
+matches the installed megatron-core: ``core_v0.19.0`` for 0.19.x) against the installed
+megatron-core, activated by fl_patch's sitecustomize (``PYTHONPATH=sitecustomize_template``),
+once per mode:
+
+* ``off``: ``FL_PATCH_CUDA_ON_CPU=0``, the CPU pack as it was before the transfer (megatron's
+  own modules patched; the tests' own CUDA calls are not);
+* ``on``: the transfer on (the default on a machine without a GPU);
+* ``none``: ``FL_PATCH=0``, upstream alone (a reference; not run unless asked).
+
+Each test file runs in its own ``pytest`` process (``WORLD_SIZE=1 RANK=0 LOCAL_RANK=0``, a
+free ``MASTER_PORT`` each, a per-test time limit through pytest-timeout and a per-file
+wall limit), recording each outcome through ``bench/support/mlm_results_plugin.py``. It
+prints pass/fail counts per mode and every test that passed with the transfer off (or in
+``--baseline``, a JSON from an earlier run) and does not pass with it on, and writes every
+outcome to ``--json`` (default ``docs/megatron_unit_tests_cpu.json``).
+
+Megatron-LM's test tree needs a few packages that fl_patch does not (``click`` and
+``requests`` for its conftest, ``pytest-mock``, ``mock``, ``pytest-timeout``); they are
+installed with ``--install-deps`` into ``.cache/megatron-lm-test-deps`` (kept out of
+``.venv``) and put on ``PYTHONPATH`` for the test processes only.
+
+Run::
+
+    git clone --depth 1 --branch core_v0.19.0 https://github.com/NVIDIA/Megatron-LM /tmp/Megatron-LM
+    .venv/bin/python bench/megatron_unit_tests.py --megatron-lm /tmp/Megatron-LM --install-deps
+    .venv/bin/python bench/megatron_unit_tests.py --megatron-lm /tmp/Megatron-LM --subset tensor_parallel --modes on
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SUPPORT = Path(__file__).resolve().parent / "support"
+DEPS_DIR = REPO / ".cache" / "megatron-lm-test-deps"
+DEPS = ("click", "requests", "charset-normalizer", "idna", "urllib3", "certifi", "pytest-mock", "mock", "pytest-timeout")
+DEP_MODULES = ("click", "requests", "pytest_mock", "mock", "pytest_timeout")
+
+# The default subset: what megatron-core's training path is made of (parallel state, tensor
+# parallelism, the transformer's local-spec layers, GPT, DDP and its buffers, optimizers and
+# schedulers, pipeline schedules, fusions, dist_checkpointing's core), plus the small
+# top-level files. Paths relative to tests/unit_tests; a directory means its test files.
+SUBSETS: dict[str, tuple[str, ...]] = {
+    "default": (
+        "test_basic.py",
+        "test_utils.py",
+        "test_parallel_state.py",
+        "test_local_multi_tensor_fns.py",
+        "test_num_microbatches_calculator.py",
+        "test_model_parallel_config.py",
+        "test_process_groups_config.py",
+        "test_hyper_comm_grid.py",
+        "test_optimizer_param_scheduler.py",
+        "test_imports.py",
+        "test_typed_torch.py",
+        "tensor_parallel",
+        "fusions",
+        "optimizer",
+        "pipeline_parallel/test_schedules.py",
+        "distributed/test_param_and_grad_buffer.py",
+        "distributed/test_finalize_model_grads.py",
+        "distributed/test_distributed_data_parallel.py",
+        "transformer/test_attention.py",
+        "transformer/test_mlp.py",
+        "transformer/test_transformer_layer.py",
+        "transformer/test_transformer_block.py",
+        "transformer/test_core_attention.py",
+        "transformer/test_module.py",
+        "transformer/test_rope.py",
+        "transformer/test_utils.py",
+        "transformer/test_transformer_config.py",
+        "transformer/test_spec_utils.py",
+        "transformer/test_attention_no_rope.py",
+        "transformer/test_multi_token_prediction.py",
+        "models/test_gpt_model.py",
+        "models/test_base_embedding.py",
+        "models/test_bert_model.py",
+        "models/test_t5_model.py",
+        "dist_checkpointing/models/test_gpt_model.py",
+        "dist_checkpointing/models/test_mlp_glu.py",
+        "dist_checkpointing/test_optimizer.py",
+        "dist_checkpointing/test_mapping.py",
+        "dist_checkpointing/test_serialization.py",
+        "dist_checkpointing/test_torch_dist.py",
+        "data/test_builder.py",
+        "data/test_gpt_dataset.py",
+    ),
+    "tensor_parallel": ("tensor_parallel",),
+    "smoke": ("test_basic.py", "test_utils.py", "tensor_parallel/test_random.py"),
+}
+
+MODES: dict[str, dict[str, str]] = {
+    "none": {"FL_PATCH": "0"},
+    "off": {"FL_PATCH_CUDA_ON_CPU": "0"},
+    "on": {"FL_PATCH_CUDA_ON_CPU": "1"},
+}
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_files(unit_tests: Path, subset: tuple[str, ...]) -> list[Path]:
+    """The test files a subset names (directories expanded to their ``test_*.py``, sorted)."""
+    files: list[Path] = []
+    for item in subset:
+        path = unit_tests / item
+        if path.is_dir():
+            files.extend(sorted(path.rglob("test_*.py")))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise SystemExit(f"{path}: no such test file or directory in this Megatron-LM checkout")
+    return files
+
+
+def _env(root: Path, mode: str, fl_patch_tree: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("FL_PATCH") or k == "MG_FL_PREFER")}
+    paths = [str(fl_patch_tree / "sitecustomize_template"), str(fl_patch_tree), str(DEPS_DIR), str(SUPPORT), str(root)]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.update(
+        WORLD_SIZE="1",
+        RANK="0",
+        LOCAL_RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        PYTHONWARNINGS="ignore",
+        CUDA_DEVICE_MAX_CONNECTIONS="1",
+    )
+    env.update(MODES[mode])
+    return env
+
+
+def run_file(
+    root: Path, test_file: Path, mode: str, per_test: int, per_file: int, fl_patch_tree: Path = REPO
+) -> dict[str, object]:
+    """One pytest process for one test file; returns its outcomes and how it ended."""
+    rel = test_file.relative_to(root).as_posix()
+    with tempfile.TemporaryDirectory(prefix="mlm-ut-") as tmp:
+        results = Path(tmp) / "results.jsonl"
+        env = _env(root, mode, fl_patch_tree)
+        env["FL_PATCH_MLM_RESULTS"] = str(results)
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "mlm_results_plugin",
+            "-o",
+            "addopts=",
+            f"--timeout={per_test}",
+            "--basetemp",
+            str(Path(tmp) / "basetemp"),
+            rel,
+        ]
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd,
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            output, _ = proc.communicate(timeout=per_file)
+            ended = "exit" if proc.returncode in (0, 1, 5) else f"exit {proc.returncode}"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            ended = f"killed after {per_file} s"
+        seconds = time.perf_counter() - start
+        outcomes: dict[str, str] = {}
+        details: dict[str, str] = {}
+        if results.exists():
+            for line in results.read_text(encoding="utf-8").splitlines():
+                record = json.loads(line)
+                outcomes[record["id"]] = record["outcome"]
+                if record["detail"]:
+                    details[record["id"]] = record["detail"]
+        if not outcomes and ended != "exit":
+            outcomes[rel] = "error"
+            tail = output.decode(errors="replace").strip().splitlines()[-3:]
+            details[rel] = f"{ended}: " + " | ".join(tail)
+    return {"file": rel, "mode": mode, "ended": ended, "seconds": round(seconds, 1), "outcomes": outcomes, "details": details}
+
+
+def _counts(outcomes: dict[str, str]) -> dict[str, int]:
+    counted = Counter(outcomes.values())
+    return {key: counted.get(key, 0) for key in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")}
+
+
+def _ensure_deps(install: bool) -> None:
+    missing = [m for m in DEP_MODULES if not (DEPS_DIR / m).exists() and not (DEPS_DIR / f"{m}.py").exists()]
+    if not missing:
+        return
+    if not install:
+        raise SystemExit(
+            f"Megatron-LM's test tree needs {', '.join(missing)} (not fl_patch dependencies): "
+            f"rerun with --install-deps (installs {' '.join(DEPS)} into {DEPS_DIR})"
+        )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--target", str(DEPS_DIR), *DEPS],
+        check=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--megatron-lm", type=Path, required=True, help="a Megatron-LM checkout (its tests/unit_tests is run)")
+    parser.add_argument("--subset", default="default", help=f"a named subset ({', '.join(SUBSETS)}) or comma-separated paths under tests/unit_tests")
+    parser.add_argument("--modes", default="off,on", help="comma-separated: none (FL_PATCH=0), off (transfer off), on (transfer on)")
+    parser.add_argument("--baseline", type=Path, help="a JSON written earlier: its 'off' outcomes are the baseline too")
+    parser.add_argument("--json", type=Path, default=REPO / "docs" / "megatron_unit_tests_cpu.json", help="where to write every outcome")
+    parser.add_argument("--jobs", type=int, default=1, help="test files run at once")
+    parser.add_argument("--per-test-timeout", type=int, default=120)
+    parser.add_argument("--per-file-timeout", type=int, default=600)
+    parser.add_argument("--fl-patch", type=Path, default=REPO, help="the fl_patch tree that activates (default: this one)")
+    parser.add_argument("--rev", help="the Megatron-LM revision, for the record (default: the checkout's HEAD)")
+    parser.add_argument("--install-deps", action="store_true", help=f"pip install Megatron-LM's test dependencies into {DEPS_DIR}")
+    args = parser.parse_args(argv)
+
+    root = args.megatron_lm.resolve()
+    unit_tests = root / "tests" / "unit_tests"
+    if not unit_tests.is_dir():
+        raise SystemExit(f"{root}: no tests/unit_tests here (pass a Megatron-LM checkout)")
+    _ensure_deps(args.install_deps)
+    subset = SUBSETS.get(args.subset) or tuple(item.strip() for item in args.subset.split(",") if item.strip())
+    files = test_files(unit_tests, subset)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for mode in modes:
+        if mode not in MODES:
+            raise SystemExit(f"unknown mode {mode!r} (none, off, on)")
+
+    runs: dict[str, list[dict[str, object]]] = {}
+    for mode in modes:
+        print(f"-- mode {mode}: {len(files)} test files", flush=True)
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            futures = [pool.submit(run_file, root, f, mode, args.per_test_timeout, args.per_file_timeout, args.fl_patch.resolve()) for f in files]
+            runs[mode] = []
+            for future in futures:
+                result = future.result()
+                runs[mode].append(result)
+                counts = _counts(result["outcomes"])  # type: ignore[arg-type]
+                print(f"   {result['file']}: {counts['passed']} passed, {counts['failed'] + counts['error']} failed, {counts['skipped']} skipped ({result['seconds']} s, {result['ended']})", flush=True)
+
+    outcomes = {mode: {k: v for r in runs[mode] for k, v in r["outcomes"].items()} for mode in modes}  # type: ignore[union-attr]
+    summary = {mode: _counts(outcomes[mode]) for mode in modes}
+    baseline: dict[str, str] = dict(outcomes.get("off", {}))
+    if args.baseline is not None:
+        stored = json.loads(args.baseline.read_text(encoding="utf-8"))
+        baseline_stored = stored["outcomes"].get("off", {})
+        baseline.update({k: v for k, v in baseline_stored.items() if v == "passed"})
+    regressions = sorted(k for k, v in baseline.items() if v == "passed" and "on" in outcomes and outcomes["on"].get(k) != "passed")
+    gained = sorted(k for k, v in outcomes.get("on", {}).items() if v == "passed" and baseline.get(k) != "passed")
+
+    print()
+    for mode in modes:
+        c = summary[mode]
+        print(f"{mode:>4}: {c['passed']} passed, {c['failed'] + c['error']} failed, {c['skipped']} skipped ({c['failed']} failed, {c['error']} errors, {c['xfailed']} xfailed)")
+    if "on" in outcomes and baseline:
+        print(f"passed with the transfer on but not off: {len(gained)}; passed off (or in the baseline) but not on: {len(regressions)}")
+        for test_id in regressions:
+            print(f"   REGRESSION {test_id}: {outcomes['on'].get(test_id, 'not run')}")
+
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "megatron_lm": str(root),
+        "megatron_lm_rev": args.rev or _commit(root),
+        "fl_patch_rev": _commit(args.fl_patch.resolve()),
+        "megatron_core": _version("megatron-core"),
+        "torch": _version("torch"),
+        "subset": list(subset),
+        "files": len(files),
+        "summary": summary,
+        "gained": gained,
+        "regressions": regressions,
+        "per_file": {mode: [{k: r[k] for k in ("file", "ended", "seconds")} | {"counts": _counts(r["outcomes"])} for r in runs[mode]] for mode in modes},  # type: ignore[arg-type]
+        "outcomes": outcomes,
+        "details": {mode: {k: v for r in runs[mode] for k, v in r["details"].items()} for mode in modes},  # type: ignore[union-attr]
+    }
+    args.json.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {args.json}")
+    return 1 if regressions else 0
+
+
+def _version(dist: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _commit(root: Path) -> str | None:
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return head.stdout.strip() or None if head.returncode == 0 else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

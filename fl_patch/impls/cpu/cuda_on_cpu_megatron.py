@@ -1,0 +1,316 @@
+"""megatron-core where Transformer Engine and flash-attn are absent (always so on a CPU).
+
+Three kinds of patch, registered by ``cuda_on_cpu_registry.py`` for vendor ``cpu``:
+
+- upstream problems that show without the optional CUDA libraries or with the wheel, fixed
+  always: an unguarded ``import flash_attn`` (:func:`get_fa_version`), the ``NameError`` of
+  ``FP8GlobalStateManager`` in activation recompute (:func:`checkpoint_without_output_init`)
+  and ``compile_helpers`` running ``make`` where the wheel ships no Makefile
+  (:func:`compile_helpers`);
+- with the CUDA-on-CPU transfer on: the Transformer Engine layer-spec providers build
+  megatron-core's local spec instead (same maths: layer norms and linears as separate
+  modules instead of TE's fused ones; no fp8) when TE is not installed. Options that only
+  TE has raise, naming the option. The one line the transfer prints says so.
+
+Each impl's docstring gives Why (the upstream line), How, the upstream reference
+(megatron-core 0.19.2) and when it can be dropped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from typing import Any
+
+import fl_patch
+
+from ._compat import warn_if_unverified
+
+__all__ = [
+    "bert_layer_with_transformer_engine_submodules",
+    "checkpoint_without_output_init",
+    "compile_helpers",
+    "get_fa_version",
+    "gpt_decoder_layer_specs",
+    "gpt_layer_with_transformer_engine_submodules",
+    "gpt_mlp_module_spec",
+    "gpt_moe_module_spec",
+    "gpt_mtp_block_spec",
+]
+
+warn_if_unverified()
+
+_UTILS = "megatron.core.utils"
+_DATASETS_UTILS = "megatron.core.datasets.utils"
+_HELPERS = "megatron.core.datasets.helpers_cpp"
+_RANDOM = "megatron.core.tensor_parallel.random"
+_GPT_SPECS = "megatron.core.models.gpt.gpt_layer_specs"
+_MOE_SPECS = "megatron.core.models.gpt.moe_module_specs"
+_BERT_SPECS = "megatron.core.models.bert.bert_layer_specs"
+
+
+# --------------------------------------------------------------------------- fixed always
+def get_fa_version() -> Any:
+    """Patch for ``megatron.core.utils.get_fa_version``.
+
+    Why: upstream (``utils.py`` lines 356-373) imports ``flash_attn`` unguarded to read its
+    version, so ``is_fa_min_version("2.7.3")`` raises ``ModuleNotFoundError`` where
+    flash-attn is not installed, instead of answering False. Megatron-LM's own tests call it
+    in ``pytest.mark.skipif`` at import time (``tests/unit_tests/inference/engines/
+    test_dynamic_engine.py`` and others): the whole module fails to collect.
+    How: what upstream's ``get_te_version`` does for an absent Transformer Engine: version
+    ``0.0.0``, so every ``is_fa_min_version`` check is False. With flash-attn installed,
+    upstream runs.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/utils.py``.
+    Drop when: upstream guards the import (as it does for TE).
+    """
+    if importlib.util.find_spec("flash_attn") is not None:
+        return fl_patch.original(f"{_UTILS}.get_fa_version")()  # type: ignore[operator]
+    from packaging.version import Version
+
+    return Version("0.0.0")
+
+
+def checkpoint_without_output_init(self: Any, fp8: Any = False) -> None:
+    """Patch for ``megatron.core.tensor_parallel.random.CheckpointWithoutOutput.__init__``.
+
+    Why: upstream sets ``self.fp8 = fp8 is not None`` (``random.py`` line 740), so the
+    default ``fp8=False`` (every caller in ``transformer_layer.py``, ``moe/experts.py``)
+    means "fp8 on", and ``CheckpointWithoutOutputFunction.forward`` calls
+    ``FP8GlobalStateManager.is_fp8_enabled()`` (line 693), a Transformer Engine name that
+    is only imported when TE is: ``NameError`` in the first forward pass with
+    ``recompute_modules`` such as ``layernorm`` or ``moe_act`` and no TE.
+    How: where TE is not installed, no fp8 was asked for when ``fp8`` is ``None`` or
+    ``False``: ``self.fp8`` is False and recompute runs without TE's contexts (what it does
+    with TE and fp8 off, minus TE's bookkeeping). An fp8 request without TE raises,
+    saying so. With TE installed, upstream runs unchanged.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/tensor_parallel/random.py``,
+    ``CheckpointWithoutOutput``.
+    Drop when: upstream tests ``fp8`` for truth and guards the TE names.
+    """
+    fl_patch.original(f"{_RANDOM}.CheckpointWithoutOutput.__init__")(self, fp8=fp8)  # type: ignore[operator]
+    if getattr(sys.modules[_RANDOM], "HAVE_TE", False):
+        return
+    if fp8 is None or fp8 is False:
+        self.fp8 = False
+        return
+    raise ValueError(
+        f"CheckpointWithoutOutput(fp8={fp8!r}): fp8 activation recompute needs Transformer Engine, "
+        "which is not installed (fl_patch CPU pack)"
+    )
+
+
+def compile_helpers() -> None:
+    """Patch for ``megatron.core.datasets.utils.compile_helpers``.
+
+    Why: upstream (``datasets/utils.py`` lines 20-30) runs ``make -C megatron/core/datasets``
+    and calls ``sys.exit(1)`` when it fails. The megatron-core wheel ships the built
+    ``helpers_cpp`` extension but no ``Makefile``, so ``make`` fails and the process exits:
+    Megatron-LM's ``examples/run_simple_mcore_train_loop.py`` calls it on rank 0 before
+    building its dataset, and dies there. (A wheel problem, not a CPU one: a GPU machine
+    with the wheel hits it too. ``initialize._compile_dependencies``, the training pack's
+    patch, is the same problem one level up.)
+    How: when ``megatron.core.datasets.helpers_cpp`` is importable there is nothing to
+    compile; otherwise (a source checkout without the built extension) upstream runs.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/datasets/utils.py``.
+    Drop when: upstream skips the build when the extension is already there.
+    """
+    if importlib.util.find_spec(_HELPERS) is None:
+        fl_patch.original(f"{_DATASETS_UTILS}.compile_helpers")()  # type: ignore[operator]
+
+
+# --------------------------------------------------------------------------- TE layer specs -> local
+def _have_te(module: str) -> bool:
+    return bool(getattr(sys.modules[module], "HAVE_TE", False))
+
+
+def _refuse_te_only(spec: str, **options: object) -> None:
+    given = [name for name, value in options.items() if value]
+    if given:
+        raise ValueError(
+            f"{spec}: {', '.join(given)} need Transformer Engine, which is not installed; "
+            "fl_patch's CPU pack builds megatron-core's local spec instead of the TE spec, and it has no such option"
+        )
+
+
+def gpt_layer_with_transformer_engine_submodules(
+    num_experts: int | None = None,
+    moe_grouped_gemm: bool | None = False,
+    qk_layernorm: bool | None = False,
+    multi_latent_attention: bool | None = False,
+    fp8: str | None = None,
+    qk_l2_norm: bool | None = False,
+    use_te_op_fuser: bool | None = False,
+    use_kitchen: bool = False,
+    use_te_activation_func: bool = False,
+    use_kitchen_attention: bool = False,
+    kitchen_attention_backend: str = "sdpa",
+    mla_down_proj_fusion: bool = False,
+    use_grouped_gemm_for_dense_mlp: bool = False,
+) -> Any:
+    """Patch for ``megatron.core.models.gpt.gpt_layer_specs.get_gpt_layer_with_transformer_engine_submodules``.
+
+    Why: without Transformer Engine, ``TESpecProvider`` is ``None`` in that module
+    (``gpt_layer_specs.py`` line 54) and upstream calls it (line 233): ``TypeError:
+    'NoneType' object is not callable`` from ``get_gpt_layer_with_transformer_engine_spec()``,
+    the spec most of Megatron-LM's tests and scripts ask for (``test_attention.py``,
+    ``test_transformer_layer.py``, ``pretrain_gpt.py`` without ``--transformer-impl local``).
+    How: with TE absent, megatron-core's own local spec with the same model options
+    (``get_gpt_layer_local_submodules``): the same computation with the layer norms as
+    their own modules (``input_layernorm``, ``pre_mlp_layernorm``) instead of fused into
+    TE's linears, so parameter names differ from a TE model's; no fp8. Options only TE
+    has (``use_te_op_fuser``, ``use_te_activation_func``, ``use_grouped_gemm_for_dense_mlp``)
+    raise; ``mla_down_proj_fusion`` falls back to the unfused MLA, as upstream does for a
+    backend without the fused module. Said once by the transfer's line. With TE
+    installed, upstream runs.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/models/gpt/gpt_layer_specs.py``.
+    Drop when: upstream falls back to the local spec itself when TE is absent.
+    """
+    if _have_te(_GPT_SPECS):
+        return fl_patch.original(f"{_GPT_SPECS}.get_gpt_layer_with_transformer_engine_submodules")(  # type: ignore[operator]
+            num_experts=num_experts,
+            moe_grouped_gemm=moe_grouped_gemm,
+            qk_layernorm=qk_layernorm,
+            multi_latent_attention=multi_latent_attention,
+            fp8=fp8,
+            qk_l2_norm=qk_l2_norm,
+            use_te_op_fuser=use_te_op_fuser,
+            use_kitchen=use_kitchen,
+            use_te_activation_func=use_te_activation_func,
+            use_kitchen_attention=use_kitchen_attention,
+            kitchen_attention_backend=kitchen_attention_backend,
+            mla_down_proj_fusion=mla_down_proj_fusion,
+            use_grouped_gemm_for_dense_mlp=use_grouped_gemm_for_dense_mlp,
+        )
+    _refuse_te_only(
+        "get_gpt_layer_with_transformer_engine_spec",
+        use_te_op_fuser=use_te_op_fuser,
+        use_te_activation_func=use_te_activation_func,
+        use_grouped_gemm_for_dense_mlp=use_grouped_gemm_for_dense_mlp,
+    )
+    return sys.modules[_GPT_SPECS].get_gpt_layer_local_submodules(
+        num_experts=num_experts,
+        moe_grouped_gemm=moe_grouped_gemm,
+        qk_layernorm=qk_layernorm,
+        multi_latent_attention=multi_latent_attention,
+        fp8=fp8,
+        qk_l2_norm=qk_l2_norm,
+        use_kitchen=use_kitchen,
+        use_kitchen_attention=use_kitchen_attention,
+        kitchen_attention_backend=kitchen_attention_backend,
+    )
+
+
+def gpt_mlp_module_spec(
+    use_te: bool | None = True,
+    num_experts: int | None = None,
+    moe_grouped_gemm: bool | None = False,
+    fp8: str | None = None,
+    use_te_op_fuser: bool | None = False,
+) -> Any:
+    """Patch for ``megatron.core.models.gpt.gpt_layer_specs.get_mlp_module_spec``.
+
+    Why: ``use_te=True`` (its default) builds ``TESpecProvider()`` (line 514), ``None``
+    without TE: ``TypeError: 'NoneType' object is not callable``.
+    How: with TE absent, ``use_te=False``: the local MLP spec (``use_te_op_fuser``, TE
+    only, raises). See :func:`gpt_layer_with_transformer_engine_submodules`.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/models/gpt/gpt_layer_specs.py``.
+    Drop when: upstream falls back to the local spec itself.
+    """
+    original = fl_patch.original(f"{_GPT_SPECS}.get_mlp_module_spec")
+    if not _have_te(_GPT_SPECS) and use_te:
+        _refuse_te_only("get_mlp_module_spec", use_te_op_fuser=use_te_op_fuser)
+        use_te = False
+    return original(  # type: ignore[operator]
+        use_te=use_te,
+        num_experts=num_experts,
+        moe_grouped_gemm=moe_grouped_gemm,
+        fp8=fp8,
+        use_te_op_fuser=use_te_op_fuser,
+    )
+
+
+def gpt_decoder_layer_specs(
+    config: Any,
+    use_transformer_engine: bool,
+    normalization: str | None = None,
+    qk_l2_norm: bool | None = False,
+    vp_stage: int | None = None,
+    pp_rank: int | None = None,
+) -> Any:
+    """Patch for ``megatron.core.models.gpt.gpt_layer_specs.get_gpt_decoder_layer_specs`` (and so ``get_gpt_decoder_block_spec``).
+
+    Why: ``use_transformer_engine=True`` takes ``TENorm`` (``None`` without TE) as the
+    block's final norm and the TE layer specs (lines 577-600).
+    How: with TE absent, ``use_transformer_engine=False``: the local layer specs and norm.
+    See :func:`gpt_layer_with_transformer_engine_submodules`.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/models/gpt/gpt_layer_specs.py``.
+    Drop when: upstream falls back to the local spec itself.
+    """
+    if not _have_te(_GPT_SPECS):
+        use_transformer_engine = False
+    return fl_patch.original(f"{_GPT_SPECS}.get_gpt_decoder_layer_specs")(  # type: ignore[operator]
+        config,
+        use_transformer_engine,
+        normalization=normalization,
+        qk_l2_norm=qk_l2_norm,
+        vp_stage=vp_stage,
+        pp_rank=pp_rank,
+    )
+
+
+def gpt_mtp_block_spec(
+    config: Any,
+    spec: Any,
+    use_transformer_engine: bool,
+    vp_stage: int | None = None,
+    pp_rank: int | None = None,
+) -> Any:
+    """Patch for ``megatron.core.models.gpt.gpt_layer_specs.get_gpt_mtp_block_spec``.
+
+    Why: ``use_transformer_engine=True`` builds ``TESpecProvider()`` (lines 731-738),
+    ``None`` without TE.
+    How: with TE absent, the local backend (``use_transformer_engine=False``).
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/models/gpt/gpt_layer_specs.py``.
+    Drop when: upstream falls back to the local spec itself.
+    """
+    if not _have_te(_GPT_SPECS):
+        use_transformer_engine = False
+    return fl_patch.original(f"{_GPT_SPECS}.get_gpt_mtp_block_spec")(  # type: ignore[operator]
+        config, spec, use_transformer_engine, vp_stage=vp_stage, pp_rank=pp_rank
+    )
+
+
+def gpt_moe_module_spec(
+    use_te: bool | None = True, num_experts: int | None = None, moe_grouped_gemm: bool | None = False
+) -> Any:
+    """Patch for ``megatron.core.models.gpt.moe_module_specs.get_moe_module_spec``.
+
+    Why: ``use_te=True`` (its default) builds ``TESpecProvider()`` (line 57), whose modules
+    are ``None`` without TE: the experts cannot be built.
+    How: with TE absent, ``use_te=False``: megatron-core's local experts.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/models/gpt/moe_module_specs.py``.
+    Drop when: upstream falls back to the local spec itself.
+    """
+    from megatron.core.extensions.transformer_engine import HAVE_TE
+
+    if not HAVE_TE:
+        use_te = False
+    return fl_patch.original(f"{_MOE_SPECS}.get_moe_module_spec")(  # type: ignore[operator]
+        use_te=use_te, num_experts=num_experts, moe_grouped_gemm=moe_grouped_gemm
+    )
+
+
+def bert_layer_with_transformer_engine_submodules() -> Any:
+    """Patch for ``megatron.core.models.bert.bert_layer_specs.get_bert_layer_with_transformer_engine_submodules``.
+
+    Why: without TE upstream raises ``ImportError("Transformer Engine is not installed.
+    Please use local Bert layer spec instead.")`` (``bert_layer_specs.py`` line 53).
+    How: with TE absent, that local spec's submodules (``bert_layer_local_spec``), as the
+    message itself advises. See :func:`gpt_layer_with_transformer_engine_submodules`.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/models/bert/bert_layer_specs.py``.
+    Drop when: upstream falls back to the local spec itself.
+    """
+    if _have_te(_BERT_SPECS):
+        return fl_patch.original(f"{_BERT_SPECS}.get_bert_layer_with_transformer_engine_submodules")()  # type: ignore[operator]
+    return sys.modules[_BERT_SPECS].bert_layer_local_spec.submodules

@@ -1,0 +1,189 @@
+"""The CPU pack's CUDA-on-CPU transfer, and megatron-core without its optional CUDA libraries: registrations.
+
+Called by ``registry.py`` (the CPU pack, vendor ``cpu``: chosen where no accelerator is
+found), so these registrations apply only on a machine without a GPU (or with
+``MG_FL_PREFER=cpu``). Like the pack's registry it calls ``register()`` with strings only
+and imports neither torch nor megatron.
+
+Two groups:
+
+- :func:`register_without_extensions` (always, with the CPU pack): megatron-core problems
+  that only show where flash-attn / Transformer Engine are absent, or with the wheel
+  (``compile_helpers``; ``cuda_on_cpu_megatron.py``).
+- :func:`register_cuda_on_cpu` (the transfer, :func:`transfer_enabled`): ``torch.cuda.*``,
+  devices in torch's factories and ``Tensor.to``, NCCL, autocast and the grad scaler for
+  code around megatron (``cuda_on_cpu.py``, the shared stand-ins in ``cuda_stand_ins.py``),
+  and the Transformer Engine layer specs, which become megatron-core's local specs.
+
+The switch (``docs/cuda_on_cpu.md``): the transfer is on by default; ``FL_PATCH_CUDA_ON_CPU=0``
+(``false``/``no``/``off``) turns it off, and so does an explicit ``FL_PATCH_PACKS`` list
+(``--packs cpu``: the CPU pack's megatron patches alone, as before the transfer existed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from fl_patch import register
+
+__all__ = [
+    "MEGATRON_TARGETS",
+    "SWITCH",
+    "TORCH_TARGETS",
+    "WITHOUT_EXTENSIONS_TARGETS",
+    "register_cuda_on_cpu",
+    "register_without_extensions",
+    "transfer_enabled",
+]
+
+SWITCH = "FL_PATCH_CUDA_ON_CPU"
+"""The environment variable that turns the transfer off (``0``/``false``/``no``/``off``)."""
+
+_CPU = "cpu"
+_T = "fl_patch.impls.cpu.cuda_on_cpu"
+_S = "fl_patch.impls.cpu.cuda_stand_ins"
+_M = "fl_patch.impls.cpu.cuda_on_cpu_megatron"
+
+_FACTORIES = (
+    "arange",
+    "as_tensor",
+    "asarray",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "eye",
+    "full",
+    "full_like",
+    "linspace",
+    "logspace",
+    "ones",
+    "ones_like",
+    "rand",
+    "rand_like",
+    "randint",
+    "randint_like",
+    "randn",
+    "randn_like",
+    "randperm",
+    "scalar_tensor",
+    "tensor",
+    "tril_indices",
+    "triu_indices",
+    "zeros",
+    "zeros_like",
+)  # the same list as cuda_on_cpu.FACTORIES (a test checks), kept here so that registering imports no torch
+
+_RNG = (
+    "get_rng_state",
+    "set_rng_state",
+    "get_rng_state_all",
+    "set_rng_state_all",
+    "manual_seed",
+    "manual_seed_all",
+    "seed",
+    "seed_all",
+    "initial_seed",
+)
+
+TORCH_TARGETS: tuple[tuple[str, str], ...] = (
+    # torch.cuda: devices
+    ("torch.cuda.device_count", f"{_T}.device_count"),
+    ("torch.cuda.set_device", f"{_T}.set_device"),
+    ("torch.cuda.current_device", f"{_T}.current_device"),
+    ("torch.cuda.device", f"{_T}.Device"),
+    ("torch.cuda.get_device_name", f"{_T}.get_device_name"),
+    ("torch.cuda.synchronize", f"{_T}.synchronize"),
+    ("torch.cuda.ipc_collect", f"{_T}.ipc_collect"),
+    ("torch.cuda.graphs.is_current_stream_capturing", f"{_T}.is_current_stream_capturing"),
+    ("torch.cuda.memory.reset_peak_memory_stats", f"{_T}.reset_memory_stats"),
+    ("torch.cuda.memory.reset_accumulated_memory_stats", f"{_T}.reset_memory_stats"),
+    # torch.cuda: streams and events
+    ("torch.cuda.current_stream", f"{_T}.current_stream"),
+    ("torch.cuda.default_stream", f"{_T}.default_stream"),
+    ("torch.cuda.set_stream", f"{_T}.set_stream"),
+    ("torch.cuda.stream", f"{_T}.stream"),
+    ("torch.cuda.streams.Stream", f"{_S}.Stream"),
+    ("torch.cuda.streams.Event", f"{_S}.Event"),
+    # torch.cuda: the RNG is the CPU generator
+    *((f"torch.cuda.random.{name}", f"{_S}.{name}") for name in _RNG),
+    # torch.cuda.nvtx: profiler annotations
+    ("torch.cuda.nvtx.range_push", f"{_S}.nvtx_range_push"),
+    ("torch.cuda.nvtx.range_pop", f"{_S}.nvtx_range_pop"),
+    ("torch.cuda.nvtx.mark", f"{_S}.nvtx_mark"),
+    ("torch.cuda.nvtx.range", f"{_S}.nvtx_range"),
+    # devices in arguments
+    *((f"torch.{name}", f"{_T}.factory_{name}") for name in _FACTORIES),
+    ("torch.Tensor.to", f"{_T}.tensor_to"),
+    *(
+        (f"torch.Tensor.{name}", f"{_T}.tensor_{name}")
+        for name in ("new_empty", "new_full", "new_ones", "new_tensor", "new_zeros")
+    ),
+    ("torch.Tensor.pin_memory", f"{_T}.tensor_pin_memory"),
+    ("torch.Tensor.record_stream", f"{_T}.tensor_record_stream"),
+    ("torch.utils._device.DeviceContext.__init__", f"{_T}.device_context_init"),
+    # distributed
+    ("torch.distributed.distributed_c10d.init_process_group", f"{_T}.init_process_group"),
+    ("torch.distributed.distributed_c10d.new_group", f"{_T}.new_group"),
+    ("torch.distributed.distributed_c10d.new_subgroups", f"{_T}.new_subgroups"),
+    ("torch.distributed.distributed_c10d.new_subgroups_by_enumeration", f"{_T}.new_subgroups_by_enumeration"),
+    ("torch.distributed.device_mesh.init_device_mesh", f"{_T}.init_device_mesh"),
+    ("torch.nn.parallel.distributed.DistributedDataParallel.__init__", f"{_T}.ddp_init"),
+    # mixed precision
+    ("torch.amp.autocast_mode.autocast.__init__", f"{_T}.autocast_init"),
+    ("torch.amp.grad_scaler.GradScaler.__init__", f"{_T}.grad_scaler_init"),
+)
+"""The transfer's torch targets (each defined where it is named, so that fl_patch also rebinds
+the names other modules bound to it, ``torch.cuda.manual_seed`` for ``torch.cuda.random.manual_seed``)."""
+
+_GPT = "megatron.core.models.gpt.gpt_layer_specs"
+MEGATRON_TARGETS: tuple[tuple[str, str], ...] = (
+    (f"{_GPT}.get_gpt_layer_with_transformer_engine_submodules", f"{_M}.gpt_layer_with_transformer_engine_submodules"),
+    (f"{_GPT}.get_mlp_module_spec", f"{_M}.gpt_mlp_module_spec"),
+    (f"{_GPT}.get_gpt_decoder_layer_specs", f"{_M}.gpt_decoder_layer_specs"),
+    (f"{_GPT}.get_gpt_mtp_block_spec", f"{_M}.gpt_mtp_block_spec"),
+    ("megatron.core.models.gpt.moe_module_specs.get_moe_module_spec", f"{_M}.gpt_moe_module_spec"),
+    (
+        "megatron.core.models.bert.bert_layer_specs.get_bert_layer_with_transformer_engine_submodules",
+        f"{_M}.bert_layer_with_transformer_engine_submodules",
+    ),
+)
+"""The transfer's megatron targets: Transformer Engine layer specs -> local specs when TE is absent."""
+
+WITHOUT_EXTENSIONS_TARGETS: tuple[tuple[str, str], ...] = (
+    ("megatron.core.utils.get_fa_version", f"{_M}.get_fa_version"),
+    ("megatron.core.tensor_parallel.random.CheckpointWithoutOutput.__init__", f"{_M}.checkpoint_without_output_init"),
+    ("megatron.core.datasets.utils.compile_helpers", f"{_M}.compile_helpers"),
+)
+"""Always with the CPU pack: upstream problems that show only without flash-attn / Transformer Engine,
+or with the megatron-core wheel (no Makefile for the dataset helpers it already ships built)."""
+
+_OFF = {"0", "false", "no", "off"}
+
+
+def transfer_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the transfer is on: unless ``FL_PATCH_CUDA_ON_CPU`` is off or ``FL_PATCH_PACKS`` lists packs.
+
+    An explicit pack list (``FL_PATCH_PACKS=cpu``) asks for exactly those packs' patches:
+    the CPU pack's megatron patches without the process-wide transfer. (``cuda_on_cpu`` is not
+    yet a pack name of its own; see ``docs/cuda_on_cpu.md``.)
+    """
+    env = os.environ if environ is None else environ
+    if env.get(SWITCH, "").strip().lower() in _OFF:
+        return False
+    packs = env.get("FL_PATCH_PACKS", "").strip().lower()
+    return packs in ("", "all") or "cuda_on_cpu" in {p.strip() for p in packs.split(",")}
+
+
+def register_without_extensions() -> None:
+    """Register the fixes for megatron-core without flash-attn / Transformer Engine."""
+    for target, impl in WITHOUT_EXTENSIONS_TARGETS:
+        register(target=target, impl=impl, vendor=_CPU)
+
+
+def register_cuda_on_cpu() -> None:
+    """Register the transfer (torch-level and the TE layer specs), if :func:`transfer_enabled`."""
+    if not transfer_enabled():
+        return
+    for target, impl in (*TORCH_TARGETS, *MEGATRON_TARGETS):
+        register(target=target, impl=impl, vendor=_CPU)
