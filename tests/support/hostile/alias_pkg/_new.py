@@ -1,0 +1,5 @@
+"""The module that is also known as hostile.alias_pkg.experimental."""
+
+
+def get_device() -> str:
+    return "upstream"

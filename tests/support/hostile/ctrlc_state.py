@@ -1,0 +1,3 @@
+"""Remembers, across re-imports of ctrlc_registry, that Ctrl-C was already pressed once."""
+
+interrupted = False

@@ -1,0 +1,2 @@
+def f() -> str:
+    return "a.f upstream"

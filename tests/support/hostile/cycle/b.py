@@ -1,0 +1,2 @@
+def g() -> str:
+    return "b.g upstream"

@@ -1,0 +1,3 @@
+from fl_patch import register
+
+register("hostile.selfreg.target.f", "hostile.impls.patched")
