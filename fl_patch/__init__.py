@@ -84,10 +84,10 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-def _active_engine() -> Any:
-    from ._activation import ENGINE
+def _process_state() -> Any:
+    from ._runtime import RUNTIME
 
-    return ENGINE
+    return RUNTIME
 
 
 def register(target: str, impl: object, vendor: str = "default", *, create: bool = False) -> Registration:
@@ -101,7 +101,7 @@ def register(target: str, impl: object, vendor: str = "default", *, create: bool
     and vendor again replaces the earlier registration, with a warning.
     """
     caller = sys._getframe(1)
-    return _active_engine().registry.register(
+    return _process_state().registry.register(
         target,
         impl,
         vendor,
@@ -117,12 +117,12 @@ def original(target: str) -> object:
     For a method this is the plain function (call it with ``self``); for a
     staticmethod or classmethod, the function inside the descriptor.
     """
-    return _active_engine().original(target)
+    return _process_state().engine.original(target)
 
 
 def report() -> list[PatchRecord]:
     """One record per registration, with its status (applied, waiting, ...)."""
-    return _active_engine().records()
+    return _process_state().engine.records()
 
 
 def is_active() -> bool:
@@ -131,5 +131,5 @@ def is_active() -> bool:
 
     if armed():
         return True
-    activation = sys.modules.get(f"{__name__}._activation")  # never imported: never installed
-    return bool(activation is not None and activation.is_installed())
+    runtime = sys.modules.get(f"{__name__}._runtime")  # never imported: never installed
+    return bool(runtime is not None and runtime.RUNTIME.installed)

@@ -21,7 +21,7 @@ import sys
 import types
 from collections.abc import Iterable, Mapping
 
-__all__ = ["AliasBinding", "modules_since", "rebind_aliases", "restore_later_imports", "sweepable"]
+__all__ = ["AliasBinding", "modules_since", "rebind_aliases", "sweepable"]
 
 # How far before the recorded index to start: entries deleted from sys.modules
 # while the module body ran (a failed optional import) shift later entries down.
@@ -87,39 +87,3 @@ def rebind_aliases(
                 namespace[name] = entry[1]
                 rebound.append((module, name, value))  # type: ignore[arg-type]
     return rebound
-
-
-def restore_later_imports(
-    restore: Mapping[int, list[tuple[object, object, str]]],
-    modules: Iterable[object],
-    skip_module_names: frozenset[str],
-    only_prefixes: tuple[str, ...],
-    patch_sites: frozenset[tuple[int, str]] = frozenset(),
-) -> None:
-    """Point names bound to an installed impl back at the original (for ``uninstall()``).
-
-    ``restore`` maps ``id(installed)`` to ``[(installed, original, attribute name)]``.
-    One impl object may be installed for several targets; then only a name equal to a
-    target's attribute name (``from .clip_grads import get_grad_norm_fp32``) can be
-    told apart, and other names bound to it are left alone. ``patch_sites`` holds
-    ``(id(module), name)`` of the places patched themselves: their revert is exact
-    and must not be pre-empted here.
-    """
-    if not restore:
-        return
-    for module in modules:
-        namespace = _namespace(module)
-        if namespace is None:
-            continue
-        module_name = namespace.get("__name__")
-        if not isinstance(module_name, str) or not module_name.startswith(only_prefixes):
-            continue
-        if module_name in skip_module_names or module_name.startswith("fl_patch."):
-            continue
-        for name, value in list(namespace.items()):
-            candidates = restore.get(id(value))
-            if not candidates or (id(module), name) in patch_sites:
-                continue
-            matching = [c for c in candidates if c[0] is value and (len(candidates) == 1 or c[2] == name)]
-            if len(matching) == 1:
-                namespace[name] = matching[0][1]

@@ -39,11 +39,11 @@ import warnings
 from dataclasses import asdict, dataclass, field
 
 from . import _activation
-from ._activation import ENGINE
 from ._errors import FlPatchWarning
 from ._registry import Registration
 from ._report import PatchRecord, Status
 from ._resolve import Kind, Resolved, describe, load_impl, owned_path, resolve_in
+from ._runtime import RUNTIME
 from ._settings import ENV
 from ._signatures import Finding, compare_signatures
 
@@ -93,14 +93,14 @@ class Listed:
 def list_registrations() -> list[Listed]:
     """Every registration, from every source, with the vendor that would be chosen here."""
     _activation.load_sources()
-    records = ENGINE.records()
+    records = RUNTIME.engine.records()
     vendors: dict[str, list[str]] = {}
     for record in records:
         vendors.setdefault(record.target, []).append(record.vendor)
     listed = []
     for record in sorted(records, key=lambda r: (r.target, r.vendor != r.chosen_vendor, r.vendor)):
         detail = record.detail
-        if record.status is Status.WAITING and not ENGINE.installed:
+        if record.status is Status.WAITING and not RUNTIME.installed:
             detail = "applies when its module is imported" if record.vendor == record.chosen_vendor else detail
         listed.append(
             Listed(
@@ -201,11 +201,11 @@ def check(*, activation: bool = True) -> CheckReport:
         warnings.simplefilter("always")
         _activation.install()
         _activation.load_sources()
-        registrations = sorted(ENGINE.registry.registrations(), key=lambda r: (r.target, r.vendor))
+        registrations = sorted(RUNTIME.registry.registrations(), key=lambda r: (r.target, r.vendor))
         owners = {target: _import_owner(target) for target in sorted({r.target for r in registrations})}
         impls = {id(r): _load(r) for r in registrations}
-        records = {(r.target, r.vendor): r for r in ENGINE.records()}
-        vendors = ENGINE.vendors()
+        records = {(r.target, r.vendor): r for r in RUNTIME.engine.records()}
+        vendors = RUNTIME.engine.vendors()
     _activation.uninstall()  # every original back: compare against upstream, not the patch
     results = [
         _check_one(r, owners[r.target], impls[id(r)], records.get((r.target, r.vendor)), vendors) for r in registrations

@@ -6,6 +6,11 @@ week) and a harmless plugin problem that kills a 1,000-GPU job at start-up. So b
 default every problem is a single ``FlPatchWarning`` naming the target, the impl
 and the cause, recorded in ``report()``, and upstream code keeps running; with
 ``FL_PATCH_STRICT=1`` the same message is raised as ``FlPatchError``.
+
+A strict error is raised where the problem happens, usually inside an import. Upstream
+code that wraps imports in ``try/except`` could swallow it and run on; so every strict
+error is also kept here until it ends the process (``_strict``), which makes the run
+stop anyway: at the next watched import, or at exit.
 """
 
 from __future__ import annotations
@@ -31,11 +36,16 @@ class ProblemSink:
         self._seen: set[str] = set()
         self._lock = threading.Lock()
         self.strict = False
+        self.failures: list[FlPatchError] = []  # strict errors raised, in order
+        self.delivered: set[int] = set()  # ids of those that reached the top (the process ends with them)
 
     def problem(self, message: str, *, where: tuple[str, int] | None = None) -> None:
         """Report ``message``; ``where`` (file, line) points the warning at the register() call."""
         if self.strict:
-            raise FlPatchError(message)
+            error = FlPatchError(message)
+            with self._lock:
+                self.failures.append(error)
+            raise error
         with self._lock:
             if message in self._seen:
                 return
@@ -45,9 +55,16 @@ class ProblemSink:
         else:
             warnings.warn_explicit(message, FlPatchWarning, filename=where[0], lineno=where[1])
 
+    def swallowed(self) -> FlPatchError | None:
+        """The first strict error that was raised but has not ended the process (something caught it)."""
+        with self._lock:
+            return next((e for e in self.failures if id(e) not in self.delivered), None)
+
     def reset(self) -> None:
         with self._lock:
             self._seen.clear()
+            self.failures.clear()
+            self.delivered.clear()
 
     def after_fork_in_child(self) -> None:
         # A lock held by another thread at fork time would stay held forever in the child.

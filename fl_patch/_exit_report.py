@@ -45,19 +45,26 @@ import threading
 import types
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from ._report import PatchRecord, Status, format_table
+from ._runtime import RUNTIME
 
-if TYPE_CHECKING:
-    from ._engine import Engine
+__all__ = ["CallCounts", "counted_records", "enable", "format_report", "make_counter", "redact_argv"]
 
-__all__ = ["counted_records", "enable", "format_report", "make_counter"]
 
-_counters: dict[str, itertools.count[int]] = {}
-_counters_lock = threading.Lock()
-_engine: Engine | None = None
-_registered_atexit = False
+class CallCounts:
+    """One counter per target, kept across re-installs and reloads: the process's totals."""
+
+    def __init__(self) -> None:
+        self.counters: dict[str, itertools.count[int]] = {}
+        self.lock = threading.Lock()
+        self.atexit_registered = False
+
+
+def _counts() -> CallCounts:
+    if RUNTIME.call_counts is None:
+        RUNTIME.call_counts = CallCounts()
+    return RUNTIME.call_counts
 
 
 def _never_compiling() -> bool:
@@ -73,18 +80,18 @@ def _is_compiling_function() -> Callable[[], bool]:
 
 
 def _counter_for(target: str) -> itertools.count[int]:
-    # One counter per target, kept across re-installs and reloads, so the total is the
-    # process's total. next() on itertools.count is atomic under the GIL: no lock per call.
-    with _counters_lock:
-        counter = _counters.get(target)
+    # next() on itertools.count is atomic under the GIL: no lock per call.
+    counts = _counts()
+    with counts.lock:
+        counter = counts.counters.get(target)
         if counter is None:
-            counter = _counters[target] = itertools.count(1)
+            counter = counts.counters[target] = itertools.count(1)
         return counter
 
 
 def calls(target: str) -> int | None:
     """How many calls were counted through ``target``'s patch, or None if none was counted."""
-    counter = _counters.get(target)
+    counter = _counts().counters.get(target)
     if counter is None:
         return None
     # repr is "count(N)" where N is the next value; counting started at 1.
@@ -119,16 +126,22 @@ def make_counter(target: str, replacement: object) -> object:
 
         wrapper = counted
     functools.update_wrapper(wrapper, impl, updated=())
+    # Not the impl: the installed object's __wrapped__ is the upstream original (``_apply``),
+    # which impls written for FlagScale call; pointing it at the impl would make them recurse.
+    del wrapper.__wrapped__
+    try:
+        wrapper.__signature__ = inspect.signature(impl)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        pass
     return wrapper
 
 
-def enable(engine: Engine) -> None:
-    """Count calls through every function patch this engine installs; report at exit."""
-    global _engine, _registered_atexit
-    _engine = engine
-    engine.call_counter = make_counter
-    if not _registered_atexit:
-        _registered_atexit = True
+def enable() -> None:
+    """Count calls through every function patch the engine installs; report at exit."""
+    RUNTIME.engine.call_counter = make_counter
+    counts = _counts()
+    if not counts.atexit_registered:
+        counts.atexit_registered = True
         atexit.register(_report_at_exit)
 
 
@@ -174,9 +187,9 @@ def format_report(records: list[PatchRecord]) -> str:
 
 
 def _report_at_exit() -> None:
-    engine = _engine
-    if engine is None:
+    if not RUNTIME.installed and RUNTIME.call_counts is None:
         return
+    engine = RUNTIME.engine
     try:
         settings = engine.settings
         # detect=False: never import torch during shutdown just to name the platform.
@@ -195,16 +208,49 @@ def _report_at_exit() -> None:
             pass
 
 
+# An argument that names a secret (``--api-key X``, ``--token=X``, ``password=X``).
+# Whole words of the option's name, so --tokenizer-type or --max-tokens stay as they are.
+_SECRET_WORDS = frozenset(
+    {"key", "apikey", "token", "secret", "password", "passwd", "pwd", "credential", "credentials", "auth"}
+)
+
+
+def _names_secret(word: str) -> bool:
+    name = word.lstrip("-").split("=", 1)[0].lower().replace("-", "_")
+    return any(part in _SECRET_WORDS for part in name.split("_"))
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """``argv`` with the values of secret-looking options replaced by ``<redacted>``."""
+    out: list[str] = []
+    redact_next = False
+    for word in argv:
+        if redact_next:
+            out.append("<redacted>")
+            redact_next = False
+        elif "=" in word and _names_secret(word):
+            out.append(word.split("=", 1)[0] + "=<redacted>")
+        elif word.startswith("-") and _names_secret(word):
+            out.append(word)
+            redact_next = True
+        else:
+            out.append(word)
+    return out
+
+
 def _append_json(path: str, records: list[PatchRecord]) -> None:
     entry = {
         "pid": os.getpid(),
         "rank": os.environ.get("RANK"),
-        "argv": list(getattr(sys, "argv", [])),
+        "argv": redact_argv([str(a) for a in getattr(sys, "argv", [])]),
         "records": [r.as_dict() for r in records],
     }
     data = (json.dumps(entry) + "\n").encode()
     # One write on an O_APPEND descriptor: concurrent ranks never interleave within a line.
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    # 0600: the report names the job's code and arguments. O_NOFOLLOW: a symlink planted at
+    # the path (in a shared /tmp, say) is refused instead of writing through it.
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o600)
     try:
         os.write(fd, data)
     finally:

@@ -1,24 +1,29 @@
-"""The registry: which impls are registered for which targets, and for which vendors.
+"""The registry: the registered targets, each with its registrations, and an index for the hook.
 
 It is plain data. Nothing here imports a target or an impl: registering costs a
-dict insert, so a registry module of a hundred ``register()`` calls can be imported
-at interpreter start-up. The import hook asks ``watched_names`` (a frozenset, swapped
-whole on each change, so reading it needs no lock) whether a module being imported
-could hold a registered target.
+dict insert and a walk down a trie, so a registry module of a hundred ``register()``
+calls can be imported at interpreter start-up, and 16,000 of them cost linear time.
+
+Each target is one ``Target`` object (``_target``), which owns its registrations and
+everything that happens to them. The index is a trie of dotted segments: a module
+being imported is *watched* when its name is a path in the trie (a package that may
+own a target, or a target replaced whole). Memory is linear in the targets' length,
+and reading it needs no lock: a node is complete before it is linked in.
 """
 
 from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ._errors import FlPatchWarning
+from ._target import Target
 from ._targets import method_key, parse_impl_path, parse_target, parse_vendor
 
-__all__ = ["REGISTRY", "Registration", "Registry", "Selection"]
+__all__ = ["Registration", "Registry", "describe_impl"]
 
 
 def describe_impl(impl: object) -> str:
@@ -54,28 +59,27 @@ class Registration:
         self.impl_name = describe_impl(self.impl)
 
 
-@dataclass(frozen=True)
-class Selection:
-    """Which registration of one target runs, and why the others do not."""
+class _Node:
+    __slots__ = ("children", "target")
 
-    chosen: Registration | None
-    vendors: tuple[str, ...]
-    disabled: bool
+    def __init__(self) -> None:
+        self.children: dict[str, _Node] = {}
+        self.target: Target | None = None  # the target whose path ends here
 
 
 class Registry:
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._by_target: dict[str, dict[str, Registration]] = {}
-        self._targets_by_module: dict[str, list[str]] = {}
-        self.watched_names: frozenset[str] = frozenset()
+        self._targets: dict[str, Target] = {}
+        self._root = _Node()
         self._listeners: list[Callable[[list[Registration]], None]] = []
-        self._held = threading.local()  # registrations a loading source made, not yet announced
+        self._held = threading.local()  # registrations a loading source made, not yet committed
 
     def add_listener(self, listener: Callable[[list[Registration]], None]) -> None:
         """``listener`` gets each batch of new registrations (a registry module's, at once)."""
         self._listeners.append(listener)
 
+    # ------------------------------------------------------------------ registering
     def register(
         self,
         target: str,
@@ -93,125 +97,139 @@ class Registry:
         registration = Registration(
             target=target, impl=impl, vendor=parse_vendor(vendor), source=source, create=bool(create), where=where
         )
-        with self._lock:
-            by_vendor = self._by_target.setdefault(registration.target, {})
-            previous = by_vendor.get(registration.vendor)
-            by_vendor[registration.vendor] = registration
-            if previous is None:
-                self._index(registration.parts)
-        if previous is not None and previous.impl_name != registration.impl_name:
-            message = (
-                f"fl_patch: {registration.target} (vendor {registration.vendor!r}) registered twice: "
-                f"{registration.impl_name} (from {registration.source}) replaces "
-                f"{previous.impl_name} (from {previous.source})"
-            )
-            if where is None:
-                warnings.warn(message, FlPatchWarning, stacklevel=4)
-            else:
-                warnings.warn_explicit(message, FlPatchWarning, filename=where[0], lineno=where[1])
         held: list[Registration] | None = getattr(self._held, "pending", None)
         if held is not None:
-            held.append(registration)
+            held.append(registration)  # committed (indexed, announced) when its source has loaded
             return registration
-        self._announce([registration])
+        self._commit([registration])
         return registration
 
-    def _announce(self, registrations: list[Registration]) -> None:
-        # Outside the lock: a listener may import (late application), and imports
-        # must never run under our lock (another thread's import hook needs it).
+    def _commit(self, registrations: list[Registration]) -> None:
+        replaced: list[tuple[Registration, Registration]] = []
+        with self._lock:
+            for registration in registrations:
+                target = self._targets.get(registration.target)
+                if target is None:
+                    target = self._targets[registration.target] = Target(registration.target, registration.parts)
+                    self._index(target)
+                previous = target.add(registration)
+                if previous is not None and previous.impl_name != registration.impl_name:
+                    replaced.append((previous, registration))
+        for previous, registration in replaced:
+            _warn_replaced(previous, registration)
+        # Outside the lock: a listener may import (late application), and imports must
+        # never run under our lock (another thread's import hook may be waiting for it).
         if registrations:
             for listener in list(self._listeners):
                 listener(registrations)
 
     @contextmanager
     def atomically(self) -> Iterator[None]:
-        """Registrations made inside count only if the block finishes without error.
+        """Registrations made inside count only if the block finishes.
 
         A registry module that fails half-way contributes nothing: half a plugin (a
-        patched forward without its patched backward, say) is worse than none.
+        patched forward without its patched backward, say) is worse than none. Until
+        the block ends its registrations are neither indexed nor applied.
         """
         outer = getattr(self._held, "pending", None)
         pending: list[Registration] = []
         self._held.pending = pending
         try:
             yield
-        except BaseException:
+        finally:
             self._held.pending = outer
-            self._discard(pending)
-            raise
-        self._held.pending = outer
         if outer is not None:
             outer.extend(pending)
         else:
-            self._announce(pending)
+            self._commit(pending)
 
-    def _discard(self, registrations: list[Registration]) -> None:
+    def _index(self, target: Target) -> None:
+        node = self._root
+        for segment in target.parts:
+            child = node.children.get(segment)
+            if child is None:
+                child = _Node()
+                node.children[segment] = child  # linked only once complete: readers need no lock
+            node = child
+        node.target = target
+
+    # ------------------------------------------------------------------ reading
+    def watches(self, name: str) -> bool:
+        """Whether a module called ``name`` may own a target or be one (no lock: see the module doc)."""
+        node = self._root.children.get(name.partition(".")[0])
+        if node is None:
+            return False
+        if "." in name:
+            for segment in name.split(".")[1:]:
+                node = node.children.get(segment)
+                if node is None:
+                    return False
+        return True
+
+    def targets_under(self, module_name: str) -> list[Target]:
+        """Targets below ``module_name`` (that module, or one of its submodules, owns them)."""
+        node: _Node | None = self._root
+        for segment in module_name.split("."):
+            node = node.children.get(segment) if node is not None else None
+        if node is None:
+            return []
+        found: list[Target] = []
+        stack = list(node.children.values())
+        while stack:  # iterative: a pathological target may be thousands of segments deep
+            current = stack.pop()
+            if current.target is not None:
+                found.append(current.target)
+            stack.extend(current.children.values())
+        return found
+
+    def owner_names(self) -> list[str]:
+        """Every module name that may own a target, or is one (for catching up on missed imports)."""
+        names: list[str] = []
+        stack = [(name, node) for name, node in self._root.children.items()]
+        while stack:
+            name, node = stack.pop()
+            if node.children:
+                names.append(name)
+                stack.extend((f"{name}.{segment}", child) for segment, child in node.children.items())
+            elif node.target is not None:
+                names.append(name)  # a whole-module target is a module name too
+        return names
+
+    def get(self, name: str) -> Target | None:
+        return self._targets.get(name)
+
+    def targets(self) -> list[Target]:
         with self._lock:
-            for registration in registrations:
-                by_vendor = self._by_target.get(registration.target, {})
-                if by_vendor.get(registration.vendor) is registration:
-                    del by_vendor[registration.vendor]
-                if not by_vendor:
-                    self._by_target.pop(registration.target, None)
-                    # (the watched-name index may keep the prefixes: watching more is harmless)
-
-    def _index(self, parts: tuple[str, ...]) -> None:
-        # Every proper prefix may be the module that owns the target; the full path may be
-        # a submodule replaced whole. The hook watches all of them.
-        names = set(self.watched_names)
-        target = ".".join(parts)
-        for end in range(1, len(parts)):
-            prefix = ".".join(parts[:end])
-            names.add(prefix)
-            self._targets_by_module.setdefault(prefix, []).append(target)
-        names.add(target)
-        self.watched_names = frozenset(names)
-
-    def targets_under(self, module_name: str) -> list[str]:
-        """Targets that may live in ``module_name`` (or in one of its submodules)."""
-        with self._lock:
-            return list(self._targets_by_module.get(module_name, ()))
-
-    def is_target(self, name: str) -> bool:
-        return name in self._by_target
-
-    def targets(self) -> list[str]:
-        with self._lock:
-            return list(self._by_target)
+            return list(self._targets.values())
 
     def registrations(self, target: str | None = None) -> list[Registration]:
         with self._lock:
             if target is not None:
-                return list(self._by_target.get(target, {}).values())
-            return [reg for by_vendor in self._by_target.values() for reg in by_vendor.values()]
+                found = self._targets.get(target)
+                return found.registrations() if found is not None else []
+            return [reg for found in self._targets.values() for reg in found.registrations()]
 
     def vendors(self) -> set[str]:
         with self._lock:
-            return {vendor for by_vendor in self._by_target.values() for vendor in by_vendor}
-
-    def select(self, target: str, vendors: Iterable[str], disabled: frozenset[str]) -> Selection:
-        vendors = tuple(vendors)
-        with self._lock:
-            by_vendor = dict(self._by_target.get(target, {}))
-        if not by_vendor:
-            return Selection(None, vendors, False)
-        any_reg = next(iter(by_vendor.values()))
-        if target in disabled or any_reg.method_key in disabled:
-            return Selection(None, vendors, True)
-        for vendor in vendors:
-            if vendor in by_vendor:
-                return Selection(by_vendor[vendor], vendors, False)
-        return Selection(None, vendors, False)
+            return {vendor for found in self._targets.values() for vendor in found.vendors()}
 
     def clear(self) -> None:
         with self._lock:
-            self._by_target.clear()
-            self._targets_by_module.clear()
-            self.watched_names = frozenset()
+            self._targets.clear()
+            self._root = _Node()
 
     def after_fork_in_child(self) -> None:
         self._lock = threading.RLock()
+        self._held = threading.local()
 
 
-# The process's one registry: register(), the sources and the engine all use it.
-REGISTRY = Registry()
+def _warn_replaced(previous: Registration, registration: Registration) -> None:
+    message = (
+        f"fl_patch: {registration.target} (vendor {registration.vendor!r}) registered twice: "
+        f"{registration.impl_name} (from {registration.source}) replaces "
+        f"{previous.impl_name} (from {previous.source})"
+    )
+    if registration.where is None:
+        warnings.warn(message, FlPatchWarning, stacklevel=5)
+    else:
+        warnings.warn_explicit(message, FlPatchWarning, filename=registration.where[0], lineno=registration.where[1])

@@ -69,8 +69,8 @@ class Resolved:
         return Kind.ATTRIBUTE
 
 
-def _is_submodule(module: types.ModuleType, name: str) -> bool:
-    fullname = f"{module.__name__}.{name}"
+def _is_submodule(module: types.ModuleType, name: str, module_name: str) -> bool:
+    fullname = f"{module_name}.{name}"
     if fullname in sys.modules:
         return True
     search_path = getattr(module, "__path__", None)
@@ -84,20 +84,27 @@ def _is_submodule(module: types.ModuleType, name: str) -> bool:
         return False
 
 
-def owned_path(module: types.ModuleType, parts: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The attribute path of target ``parts`` inside ``module``, or None if a submodule owns it."""
-    module_parts = module.__name__.split(".")
+def owned_path(
+    module: types.ModuleType, parts: tuple[str, ...], module_name: str | None = None
+) -> tuple[str, ...] | None:
+    """The attribute path of target ``parts`` inside ``module``, or None if a submodule owns it.
+
+    ``module_name`` is the name the module is imported under (its key in ``sys.modules``),
+    which may differ from its ``__name__`` (``sys.modules["alias"] = module``).
+    """
+    name = module.__name__ if module_name is None else module_name
+    module_parts = name.split(".")
     if tuple(parts[: len(module_parts)]) != tuple(module_parts) or len(parts) <= len(module_parts):
         return None
     rest = parts[len(module_parts) :]
     first = rest[0]
     value = module.__dict__.get(first, _MISSING)
-    if isinstance(value, types.ModuleType) and value.__name__ == f"{module.__name__}.{first}":
+    if isinstance(value, types.ModuleType) and value.__name__ in (f"{name}.{first}", f"{module.__name__}.{first}"):
         return None  # a submodule (or a whole-module target, handled by the finder)
     # A package may rebind a submodule's name to something else: megatron.core.inference.moe
     # does ``from .vllm_fused_moe import vllm_fused_moe``, so its attribute is a function
     # while ``...moe.vllm_fused_moe._ceil_div`` lives in the submodule. The submodule wins.
-    if _is_submodule(module, first):
+    if _is_submodule(module, first, name):
         return None
     return rest
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-__all__ = ["ENV", "Settings"]
+__all__ = ["ENV", "Settings", "enabled", "strict_requested", "unrecognised_values"]
 
 
 class ENV:
@@ -30,6 +30,10 @@ class ENV:
     ENTRY_POINTS = "FL_PATCH_ENTRY_POINTS"  # "0": ignore installed entry points
     FLAGSCALE = "FL_PATCH_FLAGSCALE"  # "0": ignore a FlagScale-style plugin tree
     TRIGGERS = "FL_PATCH_TRIGGERS"  # packages whose first import activates fl_patch, besides megatron
+    TRACEBACK = "FL_PATCH_TRACEBACK"  # "1": strict errors are shown with their traceback
+
+
+_SWITCHES = (ENV.ENABLED, ENV.STRICT, ENV.REPORT, ENV.CHILDREN, ENV.ENTRY_POINTS, ENV.FLAGSCALE, ENV.TRACEBACK)
 
 
 _FALSE = {"0", "false", "no", "off"}
@@ -37,12 +41,29 @@ _TRUE = {"1", "true", "yes", "on"}
 
 
 def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    """A switch: unset or empty gives ``default``; set, it is on unless it says off.
+
+    A value that is neither on nor off (``FL_PATCH_STRICT=2``, ``=strict``) was set to ask
+    for something, so it counts as on; ``unrecognised_values`` names it for a warning.
+    """
     value = environ.get(name, "").strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    return default
+    if not value:
+        return default
+    return value not in _FALSE
+
+
+def unrecognised_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Switch variables set to something other than on/off values, each with what it was taken as."""
+    env = os.environ if environ is None else environ
+    found = []
+    for name in _SWITCHES:
+        value = env.get(name, "").strip()
+        if value and value.lower() not in _TRUE | _FALSE:
+            found.append(
+                f"fl_patch: {name}={value!r} is not one of {', '.join(sorted(_TRUE))} / {', '.join(sorted(_FALSE))}: "
+                "taken as on"
+            )
+    return found
 
 
 def _csv(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -52,6 +73,11 @@ def _csv(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
     """Whether fl_patch is on at all (``FL_PATCH=0`` turns it off)."""
     return _flag(os.environ if environ is None else environ, ENV.ENABLED, True)
+
+
+def strict_requested(environ: Mapping[str, str] | None = None) -> bool:
+    """``FL_PATCH_STRICT``, read now (start-up code runs before any ``Settings`` exist)."""
+    return _flag(os.environ if environ is None else environ, ENV.STRICT, False)
 
 
 class Settings:

@@ -23,14 +23,17 @@ import importlib.machinery
 import os
 import sys
 import types
+from typing import TYPE_CHECKING
 
-from ._engine import FLAGSCALE_DECORATORS
-from ._errors import ProblemSink
-from ._registry import REGISTRY
 from .impls import PACKS
+
+if TYPE_CHECKING:
+    from ._errors import ProblemSink
+    from ._registry import Registry
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "FLAGSCALE_DECORATORS",
     "FLAGSCALE_REGISTRY",
     "load_entry_points",
     "load_flagscale_tree",
@@ -40,18 +43,22 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "fl_patch.registries"
 FLAGSCALE_REGISTRY = "megatron.plugin.override_registry"
+# Served by fl_patch (``flagscale_compat``) when no real FlagScale module of that name exists.
+FLAGSCALE_DECORATORS = "megatron.plugin.decorators"
 
 
-def _import_source(module_name: str, what: str, problems: ProblemSink) -> types.ModuleType | None:
+def _import_source(module_name: str, what: str, registry: Registry, problems: ProblemSink) -> types.ModuleType | None:
     try:
-        with REGISTRY.atomically():
+        with registry.atomically():
             return importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001  (a broken registry must not kill the run unless strict)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001  (a broken registry, even one that calls sys.exit, must not end the run)
         problems.problem(f"fl_patch: {what} {module_name!r} failed to import: {type(exc).__name__}: {exc}")
         return None
 
 
-def load_packs(names: tuple[str, ...] | None, problems: ProblemSink) -> list[str]:
+def load_packs(names: tuple[str, ...] | None, registry: Registry, problems: ProblemSink) -> list[str]:
     """Import the registry module of each named pack (all shipped packs for None)."""
     loaded = []
     for name in PACKS if names is None else names:
@@ -59,16 +66,16 @@ def load_packs(names: tuple[str, ...] | None, problems: ProblemSink) -> list[str
         if registry_module is None:
             problems.problem(f"fl_patch: FL_PATCH_PACKS names unknown pack {name!r} (shipped: {', '.join(PACKS)})")
             continue
-        if _import_source(registry_module, "pack registry", problems) is not None:
+        if _import_source(registry_module, "pack registry", registry, problems) is not None:
             loaded.append(name)
     return loaded
 
 
-def load_registry_modules(names: tuple[str, ...], problems: ProblemSink) -> list[str]:
-    return [name for name in names if _import_source(name, "registry module", problems) is not None]
+def load_registry_modules(names: tuple[str, ...], registry: Registry, problems: ProblemSink) -> list[str]:
+    return [name for name in names if _import_source(name, "registry module", registry, problems) is not None]
 
 
-def load_entry_points(problems: ProblemSink) -> list[str]:
+def load_entry_points(registry: Registry, problems: ProblemSink) -> list[str]:
     """Load each ``fl_patch.registries`` entry point; a callable one is called."""
     import importlib.metadata  # deferred: ~25 ms, paid only when megatron is imported
 
@@ -81,11 +88,13 @@ def load_entry_points(problems: ProblemSink) -> list[str]:
     for entry_point in entry_points:
         label = f"{entry_point.name} = {entry_point.value}"
         try:
-            with REGISTRY.atomically():
+            with registry.atomically():
                 obj = entry_point.load()
                 if callable(obj) and not isinstance(obj, types.ModuleType):
                     obj()
-        except Exception as exc:  # noqa: BLE001
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001  (SystemExit included: a plugin does not end the run)
             problems.problem(
                 f"fl_patch: entry point {label!r} ({ENTRY_POINT_GROUP}) failed: {type(exc).__name__}: {exc}"
             )
@@ -107,7 +116,7 @@ def _named_path_entries() -> list[str]:
     return entries
 
 
-def load_flagscale_tree(problems: ProblemSink) -> str | None:
+def load_flagscale_tree(registry: Registry, problems: ProblemSink) -> str | None:
     """Import ``megatron.plugin.override_registry`` if a plugin tree provides one."""
     if FLAGSCALE_REGISTRY in sys.modules:
         return FLAGSCALE_REGISTRY
@@ -136,4 +145,4 @@ def load_flagscale_tree(problems: ProblemSink) -> str | None:
         real = importlib.machinery.PathFinder.find_spec(FLAGSCALE_DECORATORS, locations)
         if real is None:
             sys.modules[FLAGSCALE_DECORATORS] = importlib.import_module("fl_patch.flagscale_compat")
-    return FLAGSCALE_REGISTRY if _import_source(FLAGSCALE_REGISTRY, "FlagScale registry", problems) else None
+    return FLAGSCALE_REGISTRY if _import_source(FLAGSCALE_REGISTRY, "FlagScale registry", registry, problems) else None

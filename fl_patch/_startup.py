@@ -34,11 +34,10 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 
 from ._errors import FlPatchError, FlPatchWarning
+from ._runtime import RUNTIME
+from ._settings import strict_requested
 
 __all__ = ["activate", "armed"]
-
-_activated = False
-_trigger: _ActivationTrigger | None = None
 
 
 class _ActivationTrigger:
@@ -48,6 +47,11 @@ class _ActivationTrigger:
         self.roots = roots
         self.after_site = after_site
         self.armed = True
+
+    @property
+    def fl_patch_inert(self) -> bool:
+        """Disarmed, it takes no import: the patching finder may stay behind it."""
+        return not self.armed
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
@@ -59,7 +63,11 @@ class _ActivationTrigger:
         # Disarm, but stay in sys.meta_path: removing an entry while the import system
         # iterates over the list would make this very import skip the entry after it.
         self.armed = False
-        finder = _install()
+        try:
+            finder = _install()
+        except KeyboardInterrupt:
+            self.armed = True  # interrupted: the next such import tries again
+            raise
         loaded = sys.modules.get(fullname)
         if loaded is not None:  # installing imported it (a registry did): do not load it again
             # importlib's _find_spec answers an import whose module appeared meanwhile with
@@ -72,7 +80,7 @@ class _ActivationTrigger:
             return None
         # install() put the patching finder at the front of sys.meta_path, behind the
         # position the import system is at: hand it this import ourselves.
-        return finder.find_spec(fullname, path, target)
+        return finder.find_spec(fullname, path, target)  # type: ignore[attr-defined]
 
     def invalidate_caches(self) -> None:
         pass
@@ -102,7 +110,8 @@ def _site_running() -> bool:
 
 
 def armed() -> bool:
-    return _trigger is not None and _trigger.armed
+    trigger = RUNTIME.trigger
+    return trigger is not None and trigger.armed
 
 
 def activate(bootstrap_dir: str) -> None:
@@ -114,10 +123,9 @@ def activate(bootstrap_dir: str) -> None:
     on a configuration that was asked for and not delivered. (``SystemExit`` raised
     inside ``site`` is a fatal interpreter error with a traceback, hence ``os._exit``.)
     """
-    global _activated, _trigger
-    if _activated:
-        return  # two bootstrap directories on PYTHONPATH chain into each other
-    _activated = True
+    if RUNTIME.bootstrap_ran:
+        return  # a second bootstrap copy (the template and the launcher's, say) does nothing
+    RUNTIME.bootstrap_ran = True
     try:
         from ._settings import Settings
 
@@ -132,8 +140,8 @@ def activate(bootstrap_dir: str) -> None:
         if any(name.partition(".")[0] in roots for name in list(sys.modules)):
             _install()  # a trigger package is loaded already (by another sitecustomize, say)
             return
-        _trigger = _ActivationTrigger(roots, after_site=bool(settings.registry_modules))
-        sys.meta_path.insert(0, _trigger)
+        RUNTIME.trigger = _ActivationTrigger(roots, after_site=bool(settings.registry_modules))
+        sys.meta_path.insert(0, RUNTIME.trigger)
     except Exception as exc:  # noqa: BLE001  (start-up must survive a broken plugin or a bug of ours)
         _report(exc, "fl_patch could not arm itself in this process")
 
@@ -147,12 +155,12 @@ def _install() -> object | None:
             return None  # FL_PATCH=0 (read again by the engine's own settings)
         return current_finder()
     except FlPatchError:
-        if _strict():
+        if strict_requested():
             raise  # inside an import: the import fails with the message, as strict asks
         return None
     except Exception as exc:  # a bug of ours must not break the program's import
         message = f"fl_patch could not activate in this process: {type(exc).__name__}: {exc}"
-        if _strict():
+        if strict_requested():
             raise FlPatchError(message) from exc
         warnings.warn(message, FlPatchWarning, stacklevel=3)
         return None
@@ -160,13 +168,9 @@ def _install() -> object | None:
 
 def _report(exc: BaseException, what: str) -> None:
     message = str(exc) if isinstance(exc, FlPatchError) else f"{what}: {type(exc).__name__}: {exc}"
-    if _strict():
+    if strict_requested():
         _stop(message)
     warnings.warn(message, FlPatchWarning, stacklevel=3)
-
-
-def _strict() -> bool:
-    return os.environ.get("FL_PATCH_STRICT", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def _stop(message: str) -> None:

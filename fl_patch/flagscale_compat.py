@@ -11,10 +11,12 @@ carries the decorator, but code written for FlagScale may still import it.
 from __future__ import annotations
 
 import sys
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from ._activation import ENGINE
-from ._registry import Registration
+from ._runtime import RUNTIME
+
+if TYPE_CHECKING:
+    from ._registry import Registration
 
 __all__ = ["overridable", "register"]
 
@@ -24,7 +26,7 @@ T = TypeVar("T")
 def register(target: str, impl: object, vendor: str = "default") -> Registration:
     """FlagScale's ``register(target=..., impl=..., vendor=...)``."""
     caller = sys._getframe(1)
-    return ENGINE.registry.register(
+    return RUNTIME.registry.register(
         target,
         impl,
         vendor,

@@ -21,6 +21,7 @@ import pytest
 
 import fl_patch
 from fl_patch import _activation
+from fl_patch._runtime import RUNTIME
 
 REPO = Path(__file__).resolve().parents[1]
 SUPPORT = Path(__file__).resolve().parent / "support"
@@ -91,7 +92,7 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     monkeypatch.setenv("FL_PATCH_PACKS", "none")
     monkeypatch.setenv("FL_PATCH_ENTRY_POINTS", "0")
     monkeypatch.setenv("FL_PATCH_FLAGSCALE", "0")
-    yield _activation.ENGINE
+    yield RUNTIME.engine
     _activation._reset_for_tests()
 
 

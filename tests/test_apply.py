@@ -13,6 +13,7 @@ import torch
 
 import fl_patch
 from fl_patch import Status
+from fl_patch._runtime import RUNTIME
 
 from .conftest import fresh_modules
 
@@ -277,7 +278,7 @@ def test_reload_reapplies_once(plugin):
 
     fl_patch.register(GRAD_NORM, f"{PLUGIN}.get_grad_norm_fp32")
     fl_patch.install()
-    state = fl_patch._activation.ENGINE._states[GRAD_NORM]
+    state = RUNTIME.registry.get(GRAD_NORM)
     before = fl_patch.original(GRAD_NORM)
     reloaded = importlib.reload(clip_grads)
     assert reloaded.get_grad_norm_fp32 is plugin.get_grad_norm_fp32
@@ -389,7 +390,7 @@ def test_names_bound_during_a_circular_import_are_rebound(engine):
 
     assert a.f() == "patched"
     assert b.f() == "patched" and a.CALLS_F_THROUGH_B() == "patched"  # b bound f before a finished
-    (patch,) = engine._states["fltest_circular.a.f"].patches
-    assert [(m.__name__, n) for m, n, _ in patch.aliases] == [("fltest_circular.b", "f")]
+    (patch,) = engine.registry.get("fltest_circular.a.f").patches
+    assert [(m().__name__, n) for m, n, _ in patch.aliases] == [("fltest_circular.b", "f")]
     fl_patch.uninstall()
     assert a.f() == b.f() == "upstream"

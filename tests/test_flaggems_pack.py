@@ -109,10 +109,10 @@ def test_pack_on_a_cpu_machine_end_to_end(run_python) -> None:
     """``MG_FL_PREFER=flaggems`` on a CPU: flaggems, then the cpu pack (megatron imports), then upstream."""
     code = (
         "import json, fl_patch; fl_patch.install()\n"
-        "from fl_patch._activation import ENGINE\n"
+        "from fl_patch._runtime import RUNTIME\n"
         "import megatron.core, torch\n"
         "from megatron.core.models.common.embeddings import rope_utils\n"
-        "print(json.dumps({'vendors': ENGINE.vendors(), 'status': {r.target.rsplit('.', 1)[-1]: "
+        "print(json.dumps({'vendors': RUNTIME.engine.vendors(), 'status': {r.target.rsplit('.', 1)[-1]: "
         "r.status.value for r in fl_patch.report() if r.chosen_vendor == r.vendor}}))\n"
     )
     out = json.loads(run_python("-c", code, env=clean_env(MG_FL_PREFER="flaggems")).stdout.splitlines()[-1])

@@ -152,7 +152,7 @@ def test_threads_importing_at_once_patch_each_module_exactly_once(megatron_core,
         assert errors == []
         for module_name, attr in LEAF_TARGETS.items():
             target = f"{module_name}.{attr}"
-            state = engine._states[target]
+            state = engine.registry.get(target)
             assert state.status is Status.APPLIED, (target, state.detail)
             # install() patched the module objects loaded before (late); the threads' fresh
             # module bodies were each patched exactly once.
@@ -163,7 +163,7 @@ def test_threads_importing_at_once_patch_each_module_exactly_once(megatron_core,
         for target in late_targets:
             (registration,) = engine.registry.registrations(target)
             assert getattr(mutils, target.rsplit(".", 1)[1]) is registration.impl
-            assert engine._states[target].status is Status.APPLIED
+            assert engine.registry.get(target).status is Status.APPLIED
         fl_patch.uninstall()
     for target in late_targets:
         assert not hasattr(mutils, target.rsplit(".", 1)[1])
@@ -181,7 +181,7 @@ def test_del_sys_modules_and_reimport_patches_the_new_module_once(megatron_core,
         assert first is not second
         assert first.attention_mask_func is impls.attention_mask_func
         assert second.attention_mask_func is impls.attention_mask_func
-        state = engine._states["megatron.core.transformer.utils.attention_mask_func"]
+        state = engine.registry.get("megatron.core.transformer.utils.attention_mask_func")
         assert [p.holder for p in state.patches].count(second) == 1
         fl_patch.uninstall()
         assert first.attention_mask_func.__module__ == second.attention_mask_func.__module__ == second.__name__

@@ -1,4 +1,4 @@
-"""The import hook: a ``sys.meta_path`` finder and the loaders it hands out.
+"""The import hook: a ``sys.meta_path`` finder, the loaders it hands out, and a watchdog.
 
 It knows nothing about registrations or patches: it asks an ``ImportObserver``
 (the engine) which names to watch, and tells it when a watched module body has run.
@@ -10,15 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from ._finder import PatchingFinder
+from ._watchdog import PathHookWatchdog
 
-__all__ = ["ImportObserver", "PatchingFinder", "PatchingLoader", "SubstituteLoader"]
+__all__ = ["ImportObserver", "PatchingFinder", "PathHookWatchdog"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("PatchingLoader", "SubstituteLoader"):
-        from . import _loaders
-
-        return getattr(_loaders, name)
     if name == "ImportObserver":
         from ._observer import ImportObserver
 

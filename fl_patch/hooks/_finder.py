@@ -1,11 +1,19 @@
 """The ``sys.meta_path`` finder: the only code that runs on every import.
 
-For a name no registration can live in, ``find_spec`` is one frozenset lookup and a
+For a name no registration can live in, ``find_spec`` is a few set lookups and a
 ``return None``. For a watched name it asks the finders behind it for the real spec
 (never ``importlib.util.find_spec``, which would re-enter this finder and import
 parent packages) and wraps the loader. A thread-local guard stops recursion; it is
 thread-local because a shared "in progress" set lets a second thread importing the
 same name slip past unhooked.
+
+Other import hooks insert themselves at ``sys.meta_path[0]`` too (typeguard,
+beartype, pytest's assertion rewriting): one ahead of this finder that takes a
+watched module would load it unpatched. So each call first checks that this finder
+is still first and, if not, moves back to the front (safe while the import system
+iterates the list: moving from position k to 0 shifts only entries before k) and
+tells the engine, which catches up with what loaded past it. The finders behind it,
+the other hook included, are still asked for the real spec.
 """
 
 from __future__ import annotations
@@ -40,9 +48,21 @@ class PatchingFinder:
                 return spec
         return None
 
+    def _stay_first(self) -> None:
+        meta_path = sys.meta_path
+        try:
+            meta_path.remove(self)
+        except ValueError:
+            pass
+        meta_path.insert(0, self)
+        self._observer.meta_path_changed()
+
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
+        meta_path = sys.meta_path
+        if meta_path and meta_path[0] is not self and not _behind_own_trigger(meta_path, self):
+            self._stay_first()
         if not self._observer.watches(fullname):
             return None
         busy: set[str] | None = getattr(self._local, "busy", None)
@@ -59,24 +79,25 @@ class PatchingFinder:
         provide = self._observer.substitute_for(fullname, spec)
         # Imported here, not at the top: the loaders need wrapt (~25 ms to import), which a
         # process that never imports a watched module should not pay at start-up.
-        from ._loaders import PatchingLoader, SubstituteLoader
+        from ._loaders import substitute_spec, wrap_loader
 
         if provide is not None:
-            fallback = spec.loader if spec is not None else None
-            substitute = ModuleSpec(
-                fullname,
-                SubstituteLoader(fullname, provide, fallback, self._observer),
-                origin=spec.origin if spec is not None else None,
-                is_package=spec is not None and spec.submodule_search_locations is not None,
-            )
-            if spec is not None and spec.submodule_search_locations is not None:
-                substitute.submodule_search_locations = spec.submodule_search_locations
-            return substitute
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return substitute_spec(fullname, spec, provide, self._observer)
+        if spec is None or spec.loader is None:
             return spec  # not found, or a namespace package: no module body to follow
-        if not isinstance(spec.loader, (PatchingLoader, SubstituteLoader)):
-            spec.loader = PatchingLoader(spec.loader, self._observer)
+        spec.loader = wrap_loader(spec.loader, self._observer)
         return spec
 
     def invalidate_caches(self) -> None:
         pass
+
+
+def _behind_own_trigger(meta_path: list[object], finder: PatchingFinder) -> bool:
+    # The start-up trigger (which installed this finder and stays in the list, disarmed)
+    # and other fl_patch finders may sit ahead of us: they never take a module away.
+    for entry in meta_path:
+        if entry is finder:
+            return True
+        if not getattr(entry, "fl_patch_inert", False):
+            return False
+    return False
