@@ -413,13 +413,37 @@ def _sdpa_row(shape: str, impl: str, qkv, dout, mixed, flops: float, scale: floa
     _row("attention", shape, impl, _fwd_bwd(sdpa, dout), [mixed], flops=flops, note=note)
 
 
+# Batch sizes around it, for cuDNN only: the pack's call (megatron's layout) and contiguous [b, h, s, d].
+ATTENTION_BATCHES = ((4096, 1, 16, 8, 128), (4096, 4, 16, 8, 128))
+
+
 def bench_attention(gems: bool) -> None:
     for dims in ATTENTION_SHAPES:
         _bench_attention_at(*dims)
         torch.cuda.empty_cache()
+    for dims in ATTENTION_BATCHES if not DRY else ():
+        _bench_attention_at(*dims, only_cudnn=True)
+        torch.cuda.empty_cache()
 
 
-def _bench_attention_at(s: int, b: int, hq: int, hkv: int, d: int) -> None:
+def _contiguous_sdpa_row(shape: str, s: int, b: int, hq: int, hkv: int, d: int, flops: float, scale: float) -> None:
+    """cuDNN through SDPA on contiguous [b, heads, s, d] tensors (what a [b, h, s, d] model would hand it)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(b, hq, s, d, device=DEV, dtype=BF16, requires_grad=True)
+    k = torch.randn(b, hkv, s, d, device=DEV, dtype=BF16, requires_grad=True)
+    v = torch.randn(b, hkv, s, d, device=DEV, dtype=BF16, requires_grad=True)
+    do = torch.randn(b, hq, s, d, device=DEV, dtype=BF16)
+
+    def run() -> None:
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
+        out.backward(do)
+
+    _row("attention", shape, "torch_sdpa (cudnn, [b,h,s,d])", run, [q, k, v], flops=flops, note="contiguous inputs")
+
+
+def _bench_attention_at(s: int, b: int, hq: int, hkv: int, d: int, only_cudnn: bool = False) -> None:
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -444,17 +468,21 @@ def _bench_attention_at(s: int, b: int, hq: int, hkv: int, d: int) -> None:
         params_dtype=BF16, masked_softmax_fusion=False, attention_dropout=0.0,
     )  # fmt: skip
     module = DotProductAttention(cfg, 1, AttnMaskType.causal, "self").to(DEV)
-    _row(
-        "attention",
-        shape,
-        "torch",
-        _fwd_bwd(lambda: DotProductAttention.forward(module, *qkv(), None), dout),
-        [mixed],
-        flops=flops,
-        note="upstream DotProductAttention",
-    )
     scale = 1.0 / math.sqrt(d)
-    for backend, note in (("cudnn", "pack default: cuDNN via SDPA"), ("triton", "pack's Triton kernel")):
+    if not only_cudnn:
+        _row(
+            "attention",
+            shape,
+            "torch",
+            _fwd_bwd(lambda: DotProductAttention.forward(module, *qkv(), None), dout),
+            [mixed],
+            flops=flops,
+            note="upstream DotProductAttention",
+        )
+    if not DRY:
+        _contiguous_sdpa_row(shape, s, b, hq, hkv, d, flops, scale)
+    backends = (("cudnn", "pack default: cuDNN via SDPA"), ("triton", "pack's Triton kernel"))
+    for backend, note in backends[:1] if only_cudnn else backends:
         with use_backend("attention", backend):
             calls = pack_sdpa.CALLS["cudnn"]
             _row(
@@ -468,7 +496,7 @@ def _bench_attention_at(s: int, b: int, hq: int, hkv: int, d: int) -> None:
             )
             if backend == "cudnn" and pack_sdpa.CALLS["cudnn"] == calls and not DRY:
                 RESULTS["ops"][-1]["note"] += "; cuDNN DID NOT RUN"
-    if not DRY:
+    if not DRY and not only_cudnn:
         for name, backends in (
             ("torch_sdpa (cudnn)", [SDPBackend.CUDNN_ATTENTION]),
             ("torch_sdpa (flash)", [SDPBackend.FLASH_ATTENTION]),
@@ -631,36 +659,86 @@ def bench_optimizer() -> None:
 
 
 def bench_launch() -> None:
-    """Eager forward+backward of small ops with the lean launch path and with triton's own (FL_GEMS_LEAN_LAUNCH=0)."""
-    x = torch.randn(8192 if not DRY else 33, 2048 if not DRY else 64, device=DEV, dtype=BF16, requires_grad=True)
-    w = torch.ones(x.shape[1], device=DEV, dtype=BF16, requires_grad=True)
-    dy = torch.randn_like(x)
-    y = torch.randn(SEQ, MBS, 2 * FFN, device=DEV, dtype=BF16, requires_grad=True)
-    dys = torch.randn(SEQ, MBS, FFN, device=DEV, dtype=BF16)
-    t = torch.randn(SEQ, MBS, HQ, HEAD, device=DEV, dtype=BF16, requires_grad=True)
-    freqs = torch.randn(SEQ, 1, 1, HEAD, device=DEV)
-    dt = torch.randn_like(t)
-    cases = (
-        ("rms_norm", f"[{x.shape[0]}, {x.shape[1]}]", _fwd_bwd(lambda: ops.rms_norm(x, w, 1e-5), dy), [x, w],
-         _fwd_bwd(lambda: F.rms_norm(x, (x.shape[1],), w, 1e-5), dy)),
-        ("swiglu", f"[{SEQ}, {MBS}, 2x{FFN}]", _fwd_bwd(lambda: ops.swiglu(y), dys), [y],
-         _fwd_bwd(lambda: F.silu(y[..., :FFN]) * y[..., FFN:], dys)),
-        ("rope", f"[{SEQ}, {MBS}, {HQ}, {HEAD}]", _fwd_bwd(lambda: ops.rotary(t, freqs, 1.0, False), dt), [t], None),
-    )  # fmt: skip
-    for op, shape, fn, grads, torch_fn in cases:
-        if torch_fn is not None:
-            _row(f"{op} (eager)", shape, "torch", torch_fn, grads, graph=False)
-        _row(f"{op} (eager)", shape, "ours (lean launch)", fn, grads, graph=False)
+    """Host cost of the small ops: wall time per forward+backward of 50 calls queued back to back (host
+    enqueue time; the GPU work is far shorter at the host-bound shape), lean launch path vs triton's own
+    (``FL_GEMS_LEAN_LAUNCH=0``), how many launches took each path, and a cProfile of the lean path."""
+    import cProfile
+    import io
+    import pstats
 
-        def classic(fn=fn) -> None:
-            os.environ["FL_GEMS_LEAN_LAUNCH"] = "0"
+    from fl_patch.impls.flaggems.kernels import LEAN_STATS
+
+    def norm_case(rows: int) -> tuple:
+        x = torch.randn(rows, HIDDEN, device=DEV, dtype=BF16, requires_grad=True)
+        w = torch.ones(HIDDEN, device=DEV, dtype=BF16, requires_grad=True)
+        dy = torch.randn_like(x)
+        return (
+            f"rms_norm [{rows}, {HIDDEN}]", _fwd_bwd(lambda: ops.rms_norm(x, w, 1e-5), dy), [x, w],
+            _fwd_bwd(lambda: F.rms_norm(x, (HIDDEN,), w, 1e-5), dy),
+        )  # fmt: skip
+
+    y = torch.randn(64, 2 * FFN, device=DEV, dtype=BF16, requires_grad=True)
+    dys = torch.randn(64, FFN, device=DEV, dtype=BF16)
+    t = torch.randn(16, MBS, HQ, HEAD, device=DEV, dtype=BF16, requires_grad=True)
+    freqs = torch.randn(16, 1, 1, HEAD, device=DEV)
+    dt = torch.randn_like(t)
+    cases = [
+        norm_case(SEQ * MBS),
+        norm_case(64),
+        (f"swiglu [64, 2x{FFN}]", _fwd_bwd(lambda: ops.swiglu(y), dys), [y],
+         _fwd_bwd(lambda: F.silu(y[..., :FFN]) * y[..., FFN:], dys)),
+        (f"rope [16, {MBS}, {HQ}, {HEAD}]", _fwd_bwd(lambda: ops.rotary(t, freqs, 1.0, False), dt), [t], None),
+    ]  # fmt: skip
+    out = RESULTS.setdefault("host", [])
+
+    def measure(fn: Callable[[], None], grads: list[torch.Tensor], calls: int = 50) -> tuple[float, float]:
+        for _ in range(3):
+            for g in grads:
+                g.grad = None
+            fn()
+        if not DRY:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            for g in grads:
+                g.grad = None
+            fn()
+        t1 = time.perf_counter()
+        if not DRY:
+            torch.cuda.synchronize()
+        return (t1 - t0) / calls * 1e6, (time.perf_counter() - t0) / calls * 1e6
+
+    for name, fn, grads, torch_fn in cases:
+        if torch_fn is not None:
+            host, wall = measure(torch_fn, grads)
+            out.append({"op": name, "impl": "torch", "host_us": host, "wall_us": wall})
+            print(f"  host {name:28s} torch                {host:8.1f} us host {wall:8.1f} us wall", flush=True)
+        for mode in ("1", "0"):
+            os.environ["FL_GEMS_LEAN_LAUNCH"] = mode
             try:
-                fn()
+                before = dict(LEAN_STATS)
+                host, wall = measure(fn, grads)
+                counts = {k: LEAN_STATS[k] - before[k] for k in LEAN_STATS}
+                entry = {"op": name, "impl": "ours (lean)" if mode == "1" else "ours (triton launch)",
+                         "host_us": host, "wall_us": wall, "launches": counts}  # fmt: skip
+                if mode == "1" and name.startswith("rms_norm [64"):
+                    profile = cProfile.Profile()
+                    profile.enable()
+                    measure(fn, grads, calls=30)
+                    profile.disable()
+                    text = io.StringIO()
+                    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(25)
+                    entry["profile"] = text.getvalue()[-6000:]
+                    print(entry["profile"], flush=True)
+                out.append(entry)
+                print(
+                    f"  host {name:28s} {entry['impl']:20s} {host:8.1f} us host {wall:8.1f} us wall {counts}",
+                    flush=True,
+                )
             finally:
                 os.environ.pop("FL_GEMS_LEAN_LAUNCH", None)
-
-        _row(f"{op} (eager)", shape, "ours (triton launch)", classic, grads, graph=False)
-    torch.cuda.empty_cache()
+    if not DRY:
+        torch.cuda.empty_cache()
 
 
 def bench_softmax(liger) -> None:

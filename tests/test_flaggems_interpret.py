@@ -136,18 +136,32 @@ data[kernel_id].append([[1, 2], {"kwargs": {"BLOCK_M": 999}, "num_warps": 4, "nu
 with open(path, "w") as f:
     json.dump(data, f)
 n_stale = TuneStore(device).load(Tuner(real))
+# a shipped seed: read after the user's file, whose pick wins for the same key
+seed_dir = os.path.join(os.environ["FL_GEMS_CACHE_DIR"], "seed")
+os.makedirs(seed_dir)
+user_key, other_key = [2048, 8192, "torch.bfloat16", "torch.float32"], [64, 64, "torch.bfloat16", "torch.float32"]
+seed = {kernel_id: [[user_key, TuneStore._config_dict(real.configs[0])], [other_key, TuneStore._config_dict(real.configs[2])]]}
+with open(os.path.join(seed_dir, TuneStore(device).file_name()), "w") as f:
+    json.dump(seed, f)
+seeded = Tuner(real)
+n_seeded = TuneStore(device, seed_dir).load(seeded)
+seed_wins = [seeded.cache[tuple(user_key)] is real.configs[5], seeded.cache[tuple(other_key)] is real.configs[2]]
+os.environ["FL_GEMS_AUTOTUNE_SEED"] = "0"
+n_no_seed = TuneStore(device, seed_dir).load(Tuner(real))
 os.environ["FL_GEMS_AUTOTUNE_CACHE"] = "0"
 n_off = TuneStore(device).load(Tuner(real))
 print(json.dumps({
     "loaded": loaded, "twice": twice, "fewer": n_fewer, "stale": n_stale, "off": n_off, "same": [fresh.cache.get(k) is c for k, c in {**a.cache, **b.cache}.items()],
     "file": os.path.basename(path), "ids": [TuneStore.kernel_id(fewer) != kernel_id],
+    "seeded": n_seeded, "seed_wins": seed_wins, "no_seed": n_no_seed,
 }))
 """
 
 
 def test_autotune_store_keeps_picks_by_kernel_source_and_configs(run_python, tmp_path) -> None:
     """Picks written by one process load in another; another config list, a pick that is no config, or the
-    store turned off load nothing. (The GPU test runs the real tuner across two processes.)"""
+    store turned off load nothing; shipped seeds fill in after the user's picks. (The GPU test runs the
+    real tuner across two processes.)"""
     env = triton_env(interpret=False, FL_GEMS_CACHE_DIR=str(tmp_path))
     proc = run_python("-c", _STORE_SNIPPET, env=env, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -155,4 +169,5 @@ def test_autotune_store_keeps_picks_by_kernel_source_and_configs(run_python, tmp
     assert out == {
         "loaded": 2, "twice": [2, 0], "fewer": 0, "stale": 2, "off": 0, "same": [True, True],
         "file": "autotune-Some_GPU-sm90-triton3.6.0.json", "ids": [True],
+        "seeded": 4, "seed_wins": [True, True], "no_seed": 2,
     }  # fmt: skip

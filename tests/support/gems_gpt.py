@@ -13,7 +13,7 @@ micro-batch 4, bf16, megatron DDP and ``get_megatron_optimizer`` (Adam), 14 step
 the median step time of steps 5-14 as tokens/s (``bench/gpu_session.sh`` runs it
 with and without the pack). ``--preset llama131``: a 1.31 B Llama-style stand-in for
 the issue's held-out model (25 layers, hidden 2048, 16 heads in 8 query groups, head
-dim 128, SwiGLU 5632, vocab 32000), seq 4096, micro-batch 2. The output also holds
+dim 128, SwiGLU 5632, vocab 32000), seq 4096, micro-batch 1. The output also holds
 the first step's time and the time from interpreter start to the end of the first
 step (the cold start).
 
@@ -78,6 +78,24 @@ def _random_batches(vocab: int, batch: int, seq: int, device: str):
         yield tokens
 
 
+def _write_profile(profiler: object, path: str, step_times: list[float]) -> None:
+    """Where two steps' time went: GPU kernel time against the steps' wall time, and the top ops each way."""
+    events = profiler.key_averages()
+    device_us = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) for e in events)
+    lines = [
+        f"two steps: wall {sum(step_times) * 1e3:.1f} ms (profiled), GPU kernel time {device_us / 1e3:.1f} ms",
+        "",
+    ]
+    for key in ("self_cuda_time_total", "self_cpu_time_total"):
+        try:
+            lines.append(events.table(sort_by=key, row_limit=30, max_name_column_width=60))
+        except Exception as exc:  # noqa: BLE001  (a torch version without that key)
+            lines.append(f"{key}: {exc}")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    print(lines[0], flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=("curve", "throughput"), required=True)
@@ -88,6 +106,7 @@ def main() -> int:
     parser.add_argument("--seq", type=int, default=None)
     parser.add_argument("--mbs", type=int, default=None)
     parser.add_argument("--preset", choices=("gpt085", "llama131"), default="gpt085")
+    parser.add_argument("--profile", default=None, help="torch.profiler tables of steps 7-8 to this text file")
     parser.add_argument(
         "--fused-qkv-rope",
         action="store_true",
@@ -103,7 +122,7 @@ def main() -> int:
     ffn = 1408 if curve else 5632
     vocab = 4096 if curve else 32000
     seq = args.seq or (512 if curve else 4096 if llama else 2048)
-    mbs = args.mbs or (8 if curve else 2 if llama else 4)
+    mbs = args.mbs or (8 if curve else 1 if llama else 4)
     steps = args.steps or (300 if curve else 14)
 
     _init_distributed()
@@ -160,7 +179,18 @@ def main() -> int:
     forward_backward = get_forward_backward_func()
     times, losses = [], []
     first_step_end = _T0
-    for _ in range(steps):
+    profiler = None
+    for step in range(steps):
+        if args.profile and step == 6:
+            profiler = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            )
+            profiler.__enter__()
+        if profiler is not None and step == 8:
+            torch.cuda.synchronize()
+            profiler.__exit__(None, None, None)
+            _write_profile(profiler, args.profile, times[6:8])
+            profiler = None
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         model.zero_grad_buffer()
@@ -175,7 +205,7 @@ def main() -> int:
         if len(times) == 1:
             first_step_end = time.perf_counter()
         losses.append(result[0]["lm loss"].item())
-    steady = sorted(times[4:])
+    steady = sorted(t for i, t in enumerate(times) if i >= 4 and not (args.profile and i in (6, 7)))
     median = steady[len(steady) // 2] if steady else float("nan")
     from fl_patch.impls.flaggems._runtime import fallback_summary
 

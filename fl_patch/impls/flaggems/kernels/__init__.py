@@ -29,6 +29,7 @@ import torch
 from .._runtime import interpreting
 
 __all__ = [
+    "LEAN_STATS",
     "TUNE_STORE",
     "TuneStore",
     "autotune_enabled",
@@ -84,6 +85,7 @@ def lean_launch_enabled() -> bool:
 # is 16-byte aligned (triton's pointer specialization), so a call is only ever run by a
 # kernel compiled for what it passes.
 _LEAN: dict[tuple, tuple] = {}
+LEAN_STATS = {"lean": 0, "triton": 0}  # launches each way (tests and the bench read them)
 _OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "launch_pdl"})
 
 
@@ -144,7 +146,9 @@ def run(kernel: object, grid: tuple[int, ...], *args: object, **kwargs: object) 
         site = (id(kernel), grid, torch.cuda.current_device(), _signature(args, kwargs))
         entry = _LEAN.get(site)
         if entry is not None and _run_lean(entry, args):
+            LEAN_STATS["lean"] += 1
             return
+    LEAN_STATS["triton"] += 1
     compiled = kernel[grid](*args, **kwargs)
     if lean:
         constexprs = {k: v for k, v in kwargs.items() if k not in _OPTIONS}
@@ -172,7 +176,9 @@ def launch(
         site = (id(tuned) if tune else id(kernel), tune, torch.cuda.current_device(), _signature(args, kwargs))
         entry = _LEAN.get(site)
         if entry is not None and _run_lean(entry, args):
+            LEAN_STATS["lean"] += 1
             return entry[3]
+    LEAN_STATS["triton"] += 1
     if tune:
         TUNE_STORE.load(tuned)
         known = len(tuned.cache)
@@ -202,10 +208,19 @@ class TuneStore:
     of the kernel's configs. ``FL_GEMS_AUTOTUNE_CACHE=0`` turns it off. Writes merge with
     what is there and replace the file atomically (ranks tuning at once lose nothing but
     a duplicate tuning).
+
+    Seeds: the pack ships picks measured on the devices of docs/gpu_pack.md, in files of
+    the same name under ``fl_patch/impls/flaggems/tuned/``; they are read after the user's
+    file (whose picks win) and never written. They only apply on that device name, triton
+    version, kernel source and config list, so a fresh machine of that kind compiles one
+    config per kernel instead of tuning. ``FL_GEMS_AUTOTUNE_SEED=0``: no seeds.
     """
 
-    def __init__(self, device: str | None = None) -> None:
+    SEED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuned")
+
+    def __init__(self, device: str | None = None, seed_dir: str | None = None) -> None:
         self._device = device
+        self._seed_dir = seed_dir or self.SEED_DIR
         self._loaded: set[int] = set()
 
     @staticmethod
@@ -221,12 +236,16 @@ class TuneStore:
             self._device = f"{torch.cuda.get_device_name(index)}-sm{major}{minor}-triton{triton.__version__}"
         return self._device
 
-    def path(self) -> str:
-        root = os.environ.get("FL_GEMS_CACHE_DIR") or os.path.join(
-            os.path.expanduser("~"), ".cache", "fl_patch", "flaggems"
-        )
+    def file_name(self) -> str:
         name = "".join(c if c.isalnum() or c in "-._" else "_" for c in self.device())
-        return os.path.join(root, f"autotune-{name}.json")
+        return f"autotune-{name}.json"
+
+    def path(self) -> str:
+        default = os.path.join(os.path.expanduser("~"), ".cache", "fl_patch", "flaggems")
+        return os.path.join(os.environ.get("FL_GEMS_CACHE_DIR") or default, self.file_name())
+
+    def seed_path(self) -> str:
+        return os.path.join(self._seed_dir, self.file_name())
 
     @staticmethod
     def kernel_id(tuned: object) -> str:
@@ -234,9 +253,9 @@ class TuneStore:
         digest = hashlib.sha256((jit.src + "\n" + "\n".join(map(str, tuned.configs))).encode()).hexdigest()[:16]
         return f"{jit.__name__}-{digest}"
 
-    def _read(self) -> dict:
+    def _read(self, path: str | None = None) -> dict:
         try:
-            with open(self.path()) as f:
+            with open(path or self.path()) as f:
                 data = json.load(f)
         except (OSError, ValueError):
             return {}
@@ -251,7 +270,10 @@ class TuneStore:
         if id(tuned) in self._loaded or not self.enabled():
             return 0
         self._loaded.add(id(tuned))
-        entries = self._read().get(self.kernel_id(tuned), [])
+        kernel = self.kernel_id(tuned)
+        entries = list(self._read().get(kernel, []))
+        if os.environ.get("FL_GEMS_AUTOTUNE_SEED", "1") != "0":
+            entries += self._read(self.seed_path()).get(kernel, [])
         by_dict = {json.dumps(self._config_dict(c), sort_keys=True): c for c in tuned.configs}
         count = 0
         for key, config in entries:
