@@ -35,6 +35,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 
 from ._errors import FlPatchWarning
+from ._interpreter import ISOLATION_FLAGS, parse_options
 from ._settings import ENV
 
 __all__ = ["PACKAGE_BOOTSTRAP", "diagnose", "interpreter_flags", "watch"]
@@ -220,26 +221,7 @@ def _shebang_options(path: str) -> list[str] | None:
 
 def interpreter_flags(options: Sequence[str]) -> set[str]:
     """Which of -I, -E, -S appear among Python's options (up to the script, -c or -m)."""
-    flags: set[str] = set()
-    i = 0
-    while i < len(options):
-        word = options[i]
-        if word == "--" or word == "-" or not word.startswith("-"):
-            break
-        if word.startswith("--"):
-            i += 2 if word == "--check-hash-based-pycs" else 1
-            continue
-        for j, letter in enumerate(word[1:], start=1):
-            if letter in "IES":
-                flags.add(letter)
-            elif letter in "cm":
-                return flags  # the program follows
-            elif letter in "XW":
-                if j == len(word) - 1:
-                    i += 1  # the value is the next word
-                break
-        i += 1
-    return flags
+    return parse_options(options)[1] & ISOLATION_FLAGS
 
 
 def _reaches_through_pythonpath(environ: Mapping[str, str]) -> bool:

@@ -214,6 +214,7 @@ class Engine:
             if targets:
                 self._apply([(current, name, targets)], window=modules_before, late=False)
             self._record_later_bindings(current)
+            self._note_unobserved(modules_before)
             if self._pending:
                 self._retry_pending()
             if self._catch_up_due:
@@ -222,6 +223,29 @@ class Engine:
             raise
         except Exception as exc:  # noqa: BLE001  (a bug here must not break the host's import)
             self.problems.problem(f"fl_patch: internal error while patching {name}: {exc!r}")
+
+    def _note_unobserved(self, modules_before: int) -> None:
+        """Watched names that appeared in sys.modules during a body without passing the hook.
+
+        The usual case is a module stored under a second name
+        (``sys.modules["pkg.experimental"] = import_module("pkg._new")``, as megatron-core's
+        nvshmem compat module does): importing that name later finds it in sys.modules and
+        never reaches a finder. Catching up patches it under that name.
+        """
+        added = len(sys.modules) - modules_before
+        if added <= 0:
+            return
+        try:
+            # From the end, over the window only (plus slack for entries deleted meanwhile).
+            for _, name in zip(range(added + 32), reversed(sys.modules), strict=False):
+                if self.registry.watches(name) and self._processed_module(name) is not sys.modules.get(name):
+                    module = sys.modules.get(name)
+                    if module is None or (isinstance(module, types.ModuleType) and initializing(module)):
+                        continue
+                    self._catch_up_due = True
+                    return
+        except RuntimeError:  # another thread imported meanwhile: look at everything, later
+            self._catch_up_due = True
 
     def meta_path_changed(self) -> None:
         """The hook found itself moved or removed: modules may have loaded past it."""

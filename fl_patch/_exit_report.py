@@ -35,6 +35,7 @@ impl, so pickling it by reference (``pickle.dumps(patched_function)``) fails wit
 from __future__ import annotations
 
 import atexit
+import errno
 import functools
 import inspect
 import itertools
@@ -203,7 +204,8 @@ def _report_at_exit() -> None:
                 stream.flush()
     except Exception as exc:  # noqa: BLE001  (a report must never turn a clean exit into a failure)
         try:
-            sys.stderr.write(f"fl_patch: could not write the exit report: {exc!r}\n")
+            cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
+            sys.stderr.write(f"fl_patch: could not write the exit report: {cause}\n")
         except Exception:  # noqa: BLE001
             pass
 
@@ -250,7 +252,14 @@ def _append_json(path: str, records: list[PatchRecord]) -> None:
     # 0600: the report names the job's code and arguments. O_NOFOLLOW: a symlink planted at
     # the path (in a shared /tmp, say) is refused instead of writing through it.
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags, 0o600)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            raise OSError(
+                exc.errno, f"{path} is a symbolic link; fl_patch does not write its report through a link"
+            ) from None
+        raise
     try:
         os.write(fd, data)
     finally:

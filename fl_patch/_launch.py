@@ -31,8 +31,9 @@ import types
 import warnings
 from collections.abc import Sequence
 
-from ._children import PACKAGE_BOOTSTRAP, interpreter_flags
+from ._children import PACKAGE_BOOTSTRAP
 from ._errors import FlPatchWarning
+from ._interpreter import ISOLATION_FLAGS, parse_options
 from ._settings import ENV
 
 __all__ = ["child_environment", "exec_program", "interpreter_options", "run_in_process"]
@@ -47,8 +48,10 @@ _OWN_FILES = frozenset(
 def child_environment(environ: dict[str, str]) -> dict[str, str]:
     """``environ`` with the bootstrap directory first on ``PYTHONPATH`` (once)."""
     bootstrap = os.path.realpath(PACKAGE_BOOTSTRAP)
-    entries = [e for e in environ.get("PYTHONPATH", "").split(os.pathsep) if e]
-    if not any(os.path.realpath(e) == bootstrap for e in entries):
+    current = environ.get("PYTHONPATH", "")
+    # Every entry kept as it is, empty ones too: an empty entry means the current directory.
+    entries = current.split(os.pathsep) if current else []
+    if not any(entry and os.path.realpath(entry) == bootstrap for entry in entries):
         entries.insert(0, bootstrap)
     environ["PYTHONPATH"] = os.pathsep.join(entries)
     environ[ENV.BOOTSTRAP] = bootstrap
@@ -61,42 +64,11 @@ def interpreter_options(orig_argv: Sequence[str] | None = None) -> list[str]:
     Read from ``sys.orig_argv`` so that every option survives (``-u``, ``-X importtime``,
     ``-W error``), not only those ``sys.flags`` records.
     """
-    words = list(sys.orig_argv if orig_argv is None else orig_argv)[1:]
-    options: list[str] = []
-    i = 0
-    while i < len(words):
-        word = words[i]
-        if word == "--" or word == "-" or not word.startswith("-"):
-            break  # the script (the fl-patch console script)
-        if word.startswith("--"):
-            takes_value = word == "--check-hash-based-pycs"
-            options += words[i : i + 2] if takes_value else [word]
-            i += 2 if takes_value else 1
-            continue
-        stop = False
-        for j in range(1, len(word)):
-            letter = word[j]
-            if letter in "cm":
-                if j > 1:
-                    options.append(word[:j])  # "-Im fl_patch": keep the -I
-                stop = True
-                break
-            if letter in "XW":
-                options.append(word)
-                if j == len(word) - 1 and i + 1 < len(words):
-                    options.append(words[i + 1])
-                    i += 1
-                break
-        else:
-            options.append(word)
-        if stop:
-            break
-        i += 1
-    return options
+    return parse_options(list(sys.orig_argv if orig_argv is None else orig_argv)[1:])[0]
 
 
 def _unreachable_flags(options: Sequence[str]) -> set[str]:
-    flags = interpreter_flags(options)
+    flags = parse_options(options)[1] & ISOLATION_FLAGS
     if "I" in flags:
         flags.discard("E")
     if sys.flags.isolated:

@@ -86,6 +86,33 @@ class _ActivationTrigger:
         pass
 
 
+class _ArmedPathHook:
+    """A ``sys.path_hooks`` entry that installs fl_patch when megatron's directories are first searched.
+
+    Another import hook put ahead of the trigger (``typeguard.install_import_hook(["megatron"])``
+    in a program's first lines) answers every megatron import itself, so the trigger never
+    sees one. But that hook too asks the path-based finder for the spec, and the path
+    finder consults the path hooks at the first search in each new directory: a
+    directory named after a trigger package (``.../megatron``) installs fl_patch there,
+    which puts the patching finder first for every import after it. It declines every
+    path (``ImportError``, the protocol's "not mine").
+    """
+
+    def __init__(self, trigger: _ActivationTrigger) -> None:
+        self.trigger = trigger
+
+    def __call__(self, path: str) -> object:
+        trigger = self.trigger
+        if trigger.armed and not _site_running() and trigger.roots.intersection(str(path).split(os.sep)):
+            trigger.armed = False
+            try:
+                _install()
+            except KeyboardInterrupt:
+                trigger.armed = True
+                raise
+        raise ImportError("fl_patch's start-up path hook handles no path")
+
+
 class _LoadedModule:
     """A loader that hands the import system a module that already exists, and runs nothing."""
 
@@ -142,6 +169,7 @@ def activate(bootstrap_dir: str) -> None:
             return
         RUNTIME.trigger = _ActivationTrigger(roots, after_site=bool(settings.registry_modules))
         sys.meta_path.insert(0, RUNTIME.trigger)
+        sys.path_hooks.insert(0, _ArmedPathHook(RUNTIME.trigger))
     except Exception as exc:  # noqa: BLE001  (start-up must survive a broken plugin or a bug of ours)
         _report(exc, "fl_patch could not arm itself in this process")
 

@@ -63,7 +63,9 @@ def _excepthook(kind: type[BaseException], value: BaseException, tb: types.Trace
         sink = RUNTIME.problems
         sink.delivered.update(id(e) for e in sink.failures)  # the process ends with it
         if os.environ.get("FL_PATCH_TRACEBACK", "").strip() not in ("1", "true", "yes", "on"):
-            sys.stderr.write(f"{error}\n(FL_PATCH_STRICT=1 stops the run here; FL_PATCH_TRACEBACK=1 shows where)\n")
+            sys.stderr.write(
+                f"FlPatchError: {error}\n(FL_PATCH_STRICT=1 stops the run here; FL_PATCH_TRACEBACK=1 shows where)\n"
+            )
             return
     hook = _previous_hook if _previous_hook is not None else sys.__excepthook__
     hook(kind, value, tb)
@@ -80,11 +82,14 @@ def _at_exit() -> None:
                 "handled them, or sys.meta_path was reset)"
             )
             if RUNTIME.problems.strict:
-                _stop(message)
+                _stop(f"FlPatchError: {message}")
             warnings.warn(message, FlPatchWarning, stacklevel=1)
         swallowed = RUNTIME.problems.swallowed()
         if swallowed is not None:
-            _stop(f"{swallowed}\n(FL_PATCH_STRICT=1: the program caught this error and went on; the run stops now)")
+            _stop(
+                f"FlPatchError: {swallowed}\n"
+                "(FL_PATCH_STRICT=1: the program caught this error and went on; the run stops now)"
+            )
     except Exception:  # noqa: BLE001  (an exit check must never turn a clean exit into a traceback)
         pass
 

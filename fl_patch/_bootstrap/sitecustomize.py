@@ -1,4 +1,4 @@
-# fl_patch bootstrap. Identical to fl_patch/_bootstrap/sitecustomize.py (a test checks it).
+# fl_patch bootstrap. The one copy: sitecustomize_template/sitecustomize.py links here.
 # It must parse on any Python that might inherit PYTHONPATH (old ones too: they are told
 # they are out of reach instead of printing a SyntaxError), hence %-formatting and (object).
 # ruff: noqa: UP004, UP031, UP036, BLE001
@@ -96,39 +96,94 @@ def _fl_patch_activate(here):
         _fl_patch_failed("activation failed: %s: %s" % (type(exc).__name__, exc))
 
 
+_FL_PATCH_MARK = "# fl_patch bootstrap."
+
+
+def _fl_patch_is_bootstrap(path):
+    """Whether the file at ``path`` is a copy of this bootstrap (any version)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(_FL_PATCH_MARK)).decode("ascii", "replace") == _FL_PATCH_MARK
+    except (OSError, TypeError, ValueError):
+        return False
+
+
 def _fl_patch_chain(here):
     """Import the ``sitecustomize`` this one hides, as Python would have without it.
 
-    It is found on ``sys.path`` minus this directory and loaded under the name
-    ``sitecustomize`` (so ``import sitecustomize`` gives it afterwards); ``sys.path``
-    itself is never changed, which also keeps this file working when it is copied
-    into site-packages. An exception it raises propagates, so ``site`` reports it
+    It is the first ``sitecustomize`` on ``sys.path`` that is not a copy of this bootstrap
+    (the template on ``PYTHONPATH`` and the launcher's directory, or a copy in
+    site-packages, would otherwise chain into each other forever), loaded under the name
+    ``sitecustomize`` (so ``import sitecustomize`` gives it afterwards), exactly once.
+    ``sys.path`` itself is never changed, which also keeps this file working when it is
+    copied into site-packages. An exception it raises propagates, so ``site`` reports it
     exactly as it would have.
     """
-
-    def is_here(entry):
-        try:
-            return os.path.realpath(entry or os.curdir) == here
-        except (OSError, ValueError, TypeError):
-            return False
-
-    others = [entry for entry in sys.path if not is_here(entry)]
     try:
         from importlib.machinery import PathFinder
     except ImportError:  # an old Python: no chaining (it is out of reach anyway)
         return
-    spec = PathFinder.find_spec("sitecustomize", others)
-    if spec is None or spec.loader is None:
-        return
-    from importlib.util import module_from_spec
+    for entry in list(sys.path):
+        try:
+            spec = PathFinder.find_spec("sitecustomize", [entry or os.curdir])
+        except (ImportError, OSError, ValueError):
+            continue
+        if spec is None or spec.loader is None:
+            continue
+        if _fl_patch_is_bootstrap(spec.origin):
+            continue  # this file, or another copy of it
+        from importlib.util import module_from_spec
 
-    module = module_from_spec(spec)
-    sys.modules["sitecustomize"] = module
-    spec.loader.exec_module(module)
+        module = module_from_spec(spec)
+        sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+        return
+
+
+# Launcher options after which it does not exec a new interpreter (it works in this one).
+_FL_PATCH_STAYS = ("--in-process", "--list", "--check", "--help", "-h", "--version")
+
+
+def _fl_patch_launcher_will_exec():
+    """Whether this process is ``python -m fl_patch ... program``, about to become the program.
+
+    Its replacement runs this file (and the user's ``sitecustomize``) itself; doing it here
+    too would run the user's ``sitecustomize`` twice for one program. With ``-I``, ``-E``
+    or ``-S`` the launcher runs the program in this process, so this process goes on.
+    """
+    words = list(getattr(sys, "orig_argv", None) or [])[1:]
+    value_next = False
+    for i, word in enumerate(words):
+        if value_next:  # the value of -X or -W
+            value_next = False
+            continue
+        if not word.startswith("-") or word.startswith("--") or word == "-":
+            return False  # a script, or a long option: not the launcher (or not worth guessing)
+        letters = word[1:]
+        head = letters.split("m", 1)[0].split("c", 1)[0]
+        if any(flag in head for flag in "IES"):
+            return False
+        if "c" in letters and letters.index("c") < (letters.index("m") if "m" in letters else len(letters)):
+            return False
+        if "m" not in letters:
+            value_next = letters[-1:] in ("X", "W")
+            continue
+        module = letters.split("m", 1)[1] or (words[i + 1] if i + 1 < len(words) else "")
+        if module != "fl_patch":
+            return False
+        for option in words[i + (1 if letters.split("m", 1)[1] else 2) :]:
+            if option in _FL_PATCH_STAYS:
+                return False
+            if not option.startswith("-") or option in ("-m", "-c"):
+                return True  # the program begins
+        return False
+    return False
 
 
 def _fl_patch_bootstrap():
     here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
+    if _fl_patch_launcher_will_exec():
+        return
     if not _fl_patch_flag("FL_PATCH", _FL_PATCH_FALSE):
         _fl_patch_activate(here)
     _fl_patch_chain(here)
