@@ -66,6 +66,16 @@ def lines_with(text: str, *parts: str) -> list[str]:
     return [line for line in text.splitlines() if all(part in line for part in parts)]
 
 
+def strict_error_lines(text: str, *parts: str) -> list[str]:
+    """Lines of a strict failure that name every part: ``FlPatchError: ...`` (a traceback's last
+    line) or a plain ``fl_patch: ...`` message; never a ``FlPatchWarning`` line."""
+    return [
+        line
+        for line in lines_with(text, *parts)
+        if "FlPatchError" in line or (line.lstrip().startswith("fl_patch") and "FlPatchWarning" not in line)
+    ]
+
+
 # ---------------------------------------------------------------- SystemExit in an impl
 
 
@@ -88,14 +98,14 @@ def test_impl_module_calling_sys_exit_is_one_warning_and_the_job_runs(tmp_path: 
 def test_impl_module_calling_sys_exit_fails_a_strict_run_with_the_message(tmp_path: Path) -> None:
     """Bullet: SystemExit in an impl, strict mode.
 
-    Expected: exit status 1 (not the impl's 0), a one-line FlPatchError naming the target
+    Expected: exit status 1 (not the impl's 0), a one-line strict error (FlPatchError) naming the target
     and 'SystemExit'; the program does not go on unpatched.
     """
     proc = launch(
         tmp_path, MEGATRON_PROGRAM, "--strict", "--registry", "hostile.registry_impl_exits", FL_PATCH_PACKS="cpu"
     )
     assert proc.returncode == 1, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
-    errors = lines_with(proc.stderr, "FlPatchError", GRAD_NORM)
+    errors = strict_error_lines(proc.stderr, GRAD_NORM)
     assert errors and "SystemExit" in errors[0], proc.stderr[-3000:]
     assert "PROGRAM-RAN" not in proc.stdout
 
@@ -179,7 +189,7 @@ def test_registry_running_argparse_at_import_fails_a_strict_run_with_the_message
         FL_PATCH_PACKS="none",
     )
     assert proc.returncode == 1, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
-    errors = lines_with(proc.stderr, "FlPatchError", "hostile.registry_argparse")
+    errors = strict_error_lines(proc.stderr, "hostile.registry_argparse")
     assert errors and "SystemExit" in errors[0], proc.stderr[-3000:]
     assert "PROGRAM-RAN" not in proc.stdout
 
@@ -239,7 +249,7 @@ def test_strict_error_swallowed_by_an_upstream_bare_except_still_fails_the_run(t
     """
     proc = launch(tmp_path, MLA_PROGRAM, "--strict", "--registry", "hostile.registry_mla", FL_PATCH_PACKS="cpu")
     assert proc.returncode == 1, f"strict run exited {proc.returncode}\n{proc.stdout[-1000:]}\n{proc.stderr[-3000:]}"
-    assert lines_with(proc.stderr, "FlPatchError", MLA_ROPE_Q), proc.stderr[-3000:]
+    assert strict_error_lines(proc.stderr, MLA_ROPE_Q), proc.stderr[-3000:]
 
 
 # ---------------------------------------------------------------- cycles
@@ -294,7 +304,7 @@ print("RESULT" + json.dumps([a.f(), b.g()]))
         (line,) = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
         assert json.loads(line[len("RESULT") :]) == ["b.g upstream", "a.f upstream"], proc.stdout
     else:
-        assert lines_with(proc.stderr, "FlPatchError", "hostile.cycle."), proc.stderr[-2000:]
+        assert strict_error_lines(proc.stderr, "hostile.cycle."), proc.stderr[-2000:]
 
 
 def test_strict_mode_in_process_raises_for_an_impl_calling_sys_exit(megatron_core, engine, monkeypatch) -> None:
