@@ -12,7 +12,11 @@ PY=${PYTHON:-python3}
 VENV=.venv
 stamp=$VENV/.fl_patch_bootstrap
 want=$(cat pyproject.toml scripts/bootstrap.sh scripts/triton-cpu.sh | sha256sum | cut -c1-16)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VENV/bin/python" -c "import fl_patch, megatron.core.utils, torch" 2>/dev/null; then
+# The check reads installed versions only: importing megatron.core without fl_patch fails on
+# a CPU-only torch (no triton), and importing torch costs a second on every run.
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VENV/bin/python" -c \
+  "import importlib.metadata as m; [m.version(d) for d in ('torch', 'megatron-core', 'fl-patch', 'pytest')]" \
+  2>/dev/null; then
   exit 0
 fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
