@@ -47,7 +47,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SUPPORT = Path(__file__).resolve().parent / "support"
 DEPS_DIR = REPO / ".cache" / "megatron-lm-test-deps"
-DEPS = ("click", "requests", "charset-normalizer", "idna", "urllib3", "certifi", "pytest-mock", "mock", "pytest-timeout")
+DEPS = (
+    "click",
+    "requests",
+    "charset-normalizer",
+    "idna",
+    "urllib3",
+    "certifi",
+    "pytest-mock",
+    "mock",
+    "pytest-timeout",
+)
 DEP_MODULES = ("click", "requests", "pytest_mock", "mock", "pytest_timeout")
 
 # The default subset: what megatron-core's training path is made of (parallel state, tensor
@@ -130,9 +140,9 @@ def test_files(unit_tests: Path, subset: tuple[str, ...]) -> list[Path]:
     return files
 
 
-def _env(root: Path, mode: str, fl_patch_tree: Path) -> dict[str, str]:
+def _env(root: Path, mode: str, fl_patch_tree: Path, deps_dir: Path = DEPS_DIR) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not (k.startswith("FL_PATCH") or k == "MG_FL_PREFER")}
-    paths = [str(fl_patch_tree / "sitecustomize_template"), str(fl_patch_tree), str(DEPS_DIR), str(SUPPORT), str(root)]
+    paths = [str(fl_patch_tree / "sitecustomize_template"), str(fl_patch_tree), str(deps_dir), str(SUPPORT), str(root)]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.update(
         WORLD_SIZE="1",
@@ -148,13 +158,19 @@ def _env(root: Path, mode: str, fl_patch_tree: Path) -> dict[str, str]:
 
 
 def run_file(
-    root: Path, test_file: Path, mode: str, per_test: int, per_file: int, fl_patch_tree: Path = REPO
+    root: Path,
+    test_file: Path,
+    mode: str,
+    per_test: int,
+    per_file: int,
+    fl_patch_tree: Path = REPO,
+    deps_dir: Path = DEPS_DIR,
 ) -> dict[str, object]:
     """One pytest process for one test file; returns its outcomes and how it ended."""
     rel = test_file.relative_to(root).as_posix()
     with tempfile.TemporaryDirectory(prefix="mlm-ut-") as tmp:
         results = Path(tmp) / "results.jsonl"
-        env = _env(root, mode, fl_patch_tree)
+        env = _env(root, mode, fl_patch_tree, deps_dir)
         env["FL_PATCH_MLM_RESULTS"] = str(results)
         cmd = [
             sys.executable,
@@ -201,7 +217,14 @@ def run_file(
             outcomes[rel] = "error"
             tail = output.decode(errors="replace").strip().splitlines()[-3:]
             details[rel] = f"{ended}: " + " | ".join(tail)
-    return {"file": rel, "mode": mode, "ended": ended, "seconds": round(seconds, 1), "outcomes": outcomes, "details": details}
+    return {
+        "file": rel,
+        "mode": mode,
+        "ended": ended,
+        "seconds": round(seconds, 1),
+        "outcomes": outcomes,
+        "details": details,
+    }
 
 
 def _counts(outcomes: dict[str, str]) -> dict[str, int]:
@@ -209,41 +232,67 @@ def _counts(outcomes: dict[str, str]) -> dict[str, int]:
     return {key: counted.get(key, 0) for key in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")}
 
 
-def _ensure_deps(install: bool) -> None:
-    missing = [m for m in DEP_MODULES if not (DEPS_DIR / m).exists() and not (DEPS_DIR / f"{m}.py").exists()]
+def _ensure_deps(install: bool, deps_dir: Path = DEPS_DIR) -> None:
+    missing = [m for m in DEP_MODULES if not (deps_dir / m).exists() and not (deps_dir / f"{m}.py").exists()]
     if not missing:
         return
     if not install:
         raise SystemExit(
             f"Megatron-LM's test tree needs {', '.join(missing)} (not fl_patch dependencies): "
-            f"rerun with --install-deps (installs {' '.join(DEPS)} into {DEPS_DIR})"
+            f"rerun with --install-deps (installs {' '.join(DEPS)} into {deps_dir})"
         )
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--target", str(DEPS_DIR), *DEPS],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--target",
+            str(deps_dir),
+            *DEPS,
+        ],
         check=True,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--megatron-lm", type=Path, required=True, help="a Megatron-LM checkout (its tests/unit_tests is run)")
-    parser.add_argument("--subset", default="default", help=f"a named subset ({', '.join(SUBSETS)}) or comma-separated paths under tests/unit_tests")
-    parser.add_argument("--modes", default="off,on", help="comma-separated: none (FL_PATCH=0), off (transfer off), on (transfer on)")
+    parser.add_argument(
+        "--megatron-lm", type=Path, required=True, help="a Megatron-LM checkout (its tests/unit_tests is run)"
+    )
+    parser.add_argument(
+        "--subset",
+        default="default",
+        help=f"a named subset ({', '.join(SUBSETS)}) or comma-separated paths under tests/unit_tests",
+    )
+    parser.add_argument(
+        "--modes", default="off,on", help="comma-separated: none (FL_PATCH=0), off (transfer off), on (transfer on)"
+    )
     parser.add_argument("--baseline", type=Path, help="a JSON written earlier: its 'off' outcomes are the baseline too")
-    parser.add_argument("--json", type=Path, default=REPO / "docs" / "megatron_unit_tests_cpu.json", help="where to write every outcome")
+    parser.add_argument(
+        "--json", type=Path, default=REPO / "docs" / "megatron_unit_tests_cpu.json", help="where to write every outcome"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="test files run at once")
     parser.add_argument("--per-test-timeout", type=int, default=120)
     parser.add_argument("--per-file-timeout", type=int, default=600)
-    parser.add_argument("--fl-patch", type=Path, default=REPO, help="the fl_patch tree that activates (default: this one)")
+    parser.add_argument(
+        "--fl-patch", type=Path, default=REPO, help="the fl_patch tree that activates (default: this one)"
+    )
     parser.add_argument("--rev", help="the Megatron-LM revision, for the record (default: the checkout's HEAD)")
-    parser.add_argument("--install-deps", action="store_true", help=f"pip install Megatron-LM's test dependencies into {DEPS_DIR}")
+    parser.add_argument("--deps-dir", type=Path, default=DEPS_DIR, help="where Megatron-LM's test dependencies are")
+    parser.add_argument(
+        "--install-deps", action="store_true", help=f"pip install Megatron-LM's test dependencies into {DEPS_DIR}"
+    )
     args = parser.parse_args(argv)
 
     root = args.megatron_lm.resolve()
     unit_tests = root / "tests" / "unit_tests"
     if not unit_tests.is_dir():
         raise SystemExit(f"{root}: no tests/unit_tests here (pass a Megatron-LM checkout)")
-    _ensure_deps(args.install_deps)
+    _ensure_deps(args.install_deps, args.deps_dir)
     subset = SUBSETS.get(args.subset) or tuple(item.strip() for item in args.subset.split(",") if item.strip())
     files = test_files(unit_tests, subset)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -255,13 +304,28 @@ def main(argv: list[str] | None = None) -> int:
     for mode in modes:
         print(f"-- mode {mode}: {len(files)} test files", flush=True)
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            futures = [pool.submit(run_file, root, f, mode, args.per_test_timeout, args.per_file_timeout, args.fl_patch.resolve()) for f in files]
+            futures = [
+                pool.submit(
+                    run_file,
+                    root,
+                    f,
+                    mode,
+                    args.per_test_timeout,
+                    args.per_file_timeout,
+                    args.fl_patch.resolve(),
+                    args.deps_dir.resolve(),
+                )
+                for f in files
+            ]
             runs[mode] = []
             for future in futures:
                 result = future.result()
                 runs[mode].append(result)
                 counts = _counts(result["outcomes"])  # type: ignore[arg-type]
-                print(f"   {result['file']}: {counts['passed']} passed, {counts['failed'] + counts['error']} failed, {counts['skipped']} skipped ({result['seconds']} s, {result['ended']})", flush=True)
+                print(
+                    f"   {result['file']}: {counts['passed']} passed, {counts['failed'] + counts['error']} failed, {counts['skipped']} skipped ({result['seconds']} s, {result['ended']})",
+                    flush=True,
+                )
 
     outcomes = {mode: {k: v for r in runs[mode] for k, v in r["outcomes"].items()} for mode in modes}  # type: ignore[union-attr]
     summary = {mode: _counts(outcomes[mode]) for mode in modes}
@@ -270,15 +334,21 @@ def main(argv: list[str] | None = None) -> int:
         stored = json.loads(args.baseline.read_text(encoding="utf-8"))
         baseline_stored = stored["outcomes"].get("off", {})
         baseline.update({k: v for k, v in baseline_stored.items() if v == "passed"})
-    regressions = sorted(k for k, v in baseline.items() if v == "passed" and "on" in outcomes and outcomes["on"].get(k) != "passed")
+    regressions = sorted(
+        k for k, v in baseline.items() if v == "passed" and "on" in outcomes and outcomes["on"].get(k) != "passed"
+    )
     gained = sorted(k for k, v in outcomes.get("on", {}).items() if v == "passed" and baseline.get(k) != "passed")
 
     print()
     for mode in modes:
         c = summary[mode]
-        print(f"{mode:>4}: {c['passed']} passed, {c['failed'] + c['error']} failed, {c['skipped']} skipped ({c['failed']} failed, {c['error']} errors, {c['xfailed']} xfailed)")
+        print(
+            f"{mode:>4}: {c['passed']} passed, {c['failed'] + c['error']} failed, {c['skipped']} skipped ({c['failed']} failed, {c['error']} errors, {c['xfailed']} xfailed)"
+        )
     if "on" in outcomes and baseline:
-        print(f"passed with the transfer on but not off: {len(gained)}; passed off (or in the baseline) but not on: {len(regressions)}")
+        print(
+            f"passed with the transfer on but not off: {len(gained)}; passed off (or in the baseline) but not on: {len(regressions)}"
+        )
         for test_id in regressions:
             print(f"   REGRESSION {test_id}: {outcomes['on'].get(test_id, 'not run')}")
 
@@ -294,7 +364,12 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "gained": gained,
         "regressions": regressions,
-        "per_file": {mode: [{k: r[k] for k in ("file", "ended", "seconds")} | {"counts": _counts(r["outcomes"])} for r in runs[mode]] for mode in modes},  # type: ignore[arg-type]
+        "per_file": {
+            mode: [
+                {k: r[k] for k in ("file", "ended", "seconds")} | {"counts": _counts(r["outcomes"])} for r in runs[mode]
+            ]
+            for mode in modes
+        },  # type: ignore[arg-type]
         "outcomes": outcomes,
         "details": {mode: {k: v for r in runs[mode] for k, v in r["details"].items()} for mode in modes},  # type: ignore[union-attr]
     }

@@ -598,3 +598,10 @@ def grad_scaler_init(self: Any, device: str = "cuda", *args: Any, **kwargs: Any)
 
 
 announce()
+
+# The targets in torch's submodules, if the pack's registry ran before torch had loaded (fl_patch
+# imports this module to apply the first root target, once torch has loaded):
+# cuda_on_cpu_registry.TORCH_SUBMODULE_TARGETS says why.
+from .cuda_on_cpu_registry import register_deferred_torch_targets  # noqa: E402
+
+register_deferred_torch_targets()

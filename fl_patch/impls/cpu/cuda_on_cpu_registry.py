@@ -23,6 +23,7 @@ The switch (``docs/cuda_on_cpu.md``): the transfer is on by default; ``FL_PATCH_
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
 from fl_patch import register
@@ -30,9 +31,12 @@ from fl_patch import register
 __all__ = [
     "MEGATRON_TARGETS",
     "SWITCH",
+    "TORCH_ROOT_TARGETS",
+    "TORCH_SUBMODULE_TARGETS",
     "TORCH_TARGETS",
     "WITHOUT_EXTENSIONS_TARGETS",
     "register_cuda_on_cpu",
+    "register_deferred_torch_targets",
     "register_without_extensions",
     "transfer_enabled",
 ]
@@ -86,7 +90,21 @@ _RNG = (
     "initial_seed",
 )
 
-TORCH_TARGETS: tuple[tuple[str, str], ...] = (
+TORCH_ROOT_TARGETS: tuple[tuple[str, str], ...] = (
+    # devices in arguments: names of the module ``torch`` itself
+    *((f"torch.{name}", f"{_T}.factory_{name}") for name in _FACTORIES),
+    ("torch.Tensor.to", f"{_T}.tensor_to"),
+    *(
+        (f"torch.Tensor.{name}", f"{_T}.tensor_{name}")
+        for name in ("new_empty", "new_full", "new_ones", "new_tensor", "new_zeros")
+    ),
+    ("torch.Tensor.pin_memory", f"{_T}.tensor_pin_memory"),
+    ("torch.Tensor.record_stream", f"{_T}.tensor_record_stream"),
+)
+"""The transfer's targets owned by the module ``torch`` itself: fl_patch applies them once ``torch``
+has finished loading."""
+
+TORCH_SUBMODULE_TARGETS: tuple[tuple[str, str], ...] = (
     # torch.cuda: devices
     ("torch.cuda.device_count", f"{_T}.device_count"),
     ("torch.cuda.set_device", f"{_T}.set_device"),
@@ -112,15 +130,7 @@ TORCH_TARGETS: tuple[tuple[str, str], ...] = (
     ("torch.cuda.nvtx.range_pop", f"{_S}.nvtx_range_pop"),
     ("torch.cuda.nvtx.mark", f"{_S}.nvtx_mark"),
     ("torch.cuda.nvtx.range", f"{_S}.nvtx_range"),
-    # devices in arguments
-    *((f"torch.{name}", f"{_T}.factory_{name}") for name in _FACTORIES),
-    ("torch.Tensor.to", f"{_T}.tensor_to"),
-    *(
-        (f"torch.Tensor.{name}", f"{_T}.tensor_{name}")
-        for name in ("new_empty", "new_full", "new_ones", "new_tensor", "new_zeros")
-    ),
-    ("torch.Tensor.pin_memory", f"{_T}.tensor_pin_memory"),
-    ("torch.Tensor.record_stream", f"{_T}.tensor_record_stream"),
+    # devices in contexts
     ("torch.utils._device.DeviceContext.__init__", f"{_T}.device_context_init"),
     # distributed
     ("torch.distributed.distributed_c10d.init_process_group", f"{_T}.init_process_group"),
@@ -133,8 +143,21 @@ TORCH_TARGETS: tuple[tuple[str, str], ...] = (
     ("torch.amp.autocast_mode.autocast.__init__", f"{_T}.autocast_init"),
     ("torch.amp.grad_scaler.GradScaler.__init__", f"{_T}.grad_scaler_init"),
 )
-"""The transfer's torch targets (each defined where it is named, so that fl_patch also rebinds
-the names other modules bound to it, ``torch.cuda.manual_seed`` for ``torch.cuda.random.manual_seed``)."""
+"""The transfer's targets in torch's submodules, each named where it is defined (so that fl_patch also
+rebinds the names other modules bound to it: ``torch.cuda.manual_seed`` for
+``torch.cuda.random.manual_seed``).
+
+These are registered only once ``torch`` has finished loading: fl_patch patches a module
+right after its body runs, and ``torch.cuda`` finishes while ``torch`` itself is still
+initialising, when importing the impls (which use ``torch.distributed``, ``torch.amp``)
+would re-enter torch's C-extension set-up (measured: ``double free or corruption``).
+When the pack's registry runs before that (``import megatron.core`` before ``import
+torch``, an explicit ``fl_patch.install()``, ``FL_PATCH_TRIGGERS=torch``), they are
+registered by ``cuda_on_cpu.py`` when it is first imported, which is when fl_patch applies
+the first of :data:`TORCH_ROOT_TARGETS`, after ``torch`` has loaded."""
+
+TORCH_TARGETS = (*TORCH_ROOT_TARGETS, *TORCH_SUBMODULE_TARGETS)
+"""Every torch target of the transfer."""
 
 _GPT = "megatron.core.models.gpt.gpt_layer_specs"
 MEGATRON_TARGETS: tuple[tuple[str, str], ...] = (
@@ -181,9 +204,40 @@ def register_without_extensions() -> None:
         register(target=target, impl=impl, vendor=_CPU)
 
 
+_submodule_targets_deferred = False
+
+
+def _torch_loaded() -> bool:
+    module = sys.modules.get("torch")
+    return module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
 def register_cuda_on_cpu() -> None:
-    """Register the transfer (torch-level and the TE layer specs), if :func:`transfer_enabled`."""
+    """Register the transfer (torch-level and the TE layer specs), if :func:`transfer_enabled`.
+
+    The targets in torch's submodules wait until ``torch`` has loaded (see
+    :data:`TORCH_SUBMODULE_TARGETS`).
+    """
+    global _submodule_targets_deferred
     if not transfer_enabled():
         return
-    for target, impl in (*TORCH_TARGETS, *MEGATRON_TARGETS):
+    for target, impl in (*TORCH_ROOT_TARGETS, *MEGATRON_TARGETS):
+        register(target=target, impl=impl, vendor=_CPU)
+    if _torch_loaded():
+        _submodule_targets_deferred = False
+        _register_submodule_targets()
+    else:
+        _submodule_targets_deferred = True
+
+
+def register_deferred_torch_targets() -> None:
+    """Register :data:`TORCH_SUBMODULE_TARGETS` if :func:`register_cuda_on_cpu` left them for later (``cuda_on_cpu.py`` calls this)."""
+    global _submodule_targets_deferred
+    if _submodule_targets_deferred and _torch_loaded():
+        _submodule_targets_deferred = False
+        _register_submodule_targets()
+
+
+def _register_submodule_targets() -> None:
+    for target, impl in TORCH_SUBMODULE_TARGETS:
         register(target=target, impl=impl, vendor=_CPU)

@@ -1,0 +1,106 @@
+"""Run under ``python -m fl_patch``: the transfer while installed, then every original back after ``uninstall()``.
+
+Prints one JSON line: what CUDA calls did while installed (``during``), the targets whose
+original object did not come back (``restored``, expected empty) and what CUDA calls do
+after ``uninstall()`` (``after``: upstream again, raising on this CPU-only torch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+import torch.amp.autocast_mode
+import torch.cuda.random
+import torch.distributed as dist
+import torch.utils._device
+from torch.cuda import manual_seed as seed_bound_before_install
+
+from fl_patch.impls.cpu import cuda_on_cpu_registry
+
+_ABSENT = object()
+
+
+def _holder_and_name(target: str) -> tuple[object, str]:
+    import importlib
+
+    parts = target.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        try:
+            holder: object = importlib.import_module(".".join(parts[:end]))
+        except ImportError:
+            continue
+        for attr in parts[end:-1]:
+            holder = getattr(holder, attr)
+        return holder, parts[-1]
+    raise LookupError(target)
+
+
+def _own(target: str) -> object:
+    holder, name = _holder_and_name(target)
+    return vars(holder).get(name, _ABSENT)
+
+
+TARGETS = [t for t, _ in cuda_on_cpu_registry.TORCH_TARGETS] + ["torch.cuda.manual_seed", "torch.cuda.get_rng_state"]
+before = {target: _own(target) for target in TARGETS}
+
+import megatron.core  # noqa: E402,F401  (fl_patch installs at the first megatron import)
+
+import fl_patch  # noqa: E402
+
+assert fl_patch.is_installed()
+
+
+def _raises(call: object) -> bool:
+    try:
+        call()  # type: ignore[operator]
+    except Exception:  # noqa: BLE001
+        return True
+    return False
+
+
+torch.cuda.set_device(1)
+with torch.device("cuda"):
+    in_context = torch.empty(1).device.type
+torch.cuda.manual_seed(7)
+drawn = torch.rand(3)
+with torch.autocast("cuda"):
+    autocast_dtype = torch.mm(torch.ones(2, 2), torch.ones(2, 2)).dtype
+dist.init_process_group(backend="nccl", rank=0, world_size=1)
+backend = dist.get_backend()
+dist.destroy_process_group()
+during = {
+    "is_available": torch.cuda.is_available(),
+    "device_count": torch.cuda.device_count(),
+    "current_device_after_set_device_1": torch.cuda.current_device(),
+    "zeros": torch.zeros(2, device="cuda").device.type,
+    "to_cuda": torch.ones(2).to("cuda:1").device.type,
+    "to_ordinal": torch.ones(2).to(0).device.type,
+    "new_zeros": torch.ones(1).new_zeros(3, device=torch.device("cuda", 0)).device.type,
+    "module_to": next(torch.nn.Linear(2, 2).to("cuda").parameters()).device.type,
+    "device_context": in_context,
+    "alias_bound_before_install_rebound": seed_bound_before_install is torch.cuda.random.manual_seed,
+    "stream_is_a_cuda_stream": isinstance(torch.cuda.Stream(), torch.cuda.streams.Stream),
+    "cuda_seed_seeds_the_cpu_generator": torch.equal(drawn, torch.rand(3, generator=torch.Generator().manual_seed(7))),
+    "autocast_dtype": str(autocast_dtype),
+    "backend": backend,
+    "memory_allocated": torch.cuda.memory_allocated(),
+    "capability_raises": _raises(torch.cuda.get_device_capability),
+    "problems": [
+        f"{r.target}: {r.detail}"
+        for r in fl_patch.report()
+        if r.vendor == "cpu" and r.status.value in ("target missing", "impl failed")
+    ],
+}
+
+fl_patch.uninstall()
+restored = [target for target in TARGETS if _own(target) is not before[target]]
+if seed_bound_before_install is not before["torch.cuda.random.manual_seed"]:
+    restored.append("the script's own alias of torch.cuda.manual_seed")
+after = {
+    "zeros_raises": _raises(lambda: torch.zeros(1, device="cuda")),
+    "set_device_raises": _raises(lambda: torch.cuda.set_device(0)),
+    "is_available": torch.cuda.is_available(),
+}
+print(json.dumps({"during": during, "restored": restored, "after": after, "pid": os.getpid()}))

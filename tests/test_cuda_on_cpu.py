@@ -1,0 +1,170 @@
+"""The CPU pack's CUDA-on-CPU transfer: unmodified CUDA code around megatron runs on this CPU.
+
+Every run is a real process under ``python -m fl_patch`` (or torchrun under it) with real
+torch, real ``torch.distributed`` (gloo) and the real megatron-core. The CUDA-style script
+(``tests/support/cuda_on_cpu/cuda_train.py --device cuda``: ``set_device``, ``nccl``,
+``.cuda()``, ``device="cuda"``, DDP ``device_ids``, pinned memory, side streams, events,
+``synchronize``, the CUDA RNG, autocast, the grad scaler) is compared, loss for loss, with
+the same computation written for the CPU (``--device cpu``) run with the transfer off: the
+transfer maps devices and backends, it must not change one number.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import REPO, SUPPORT, clean_env
+
+SCRIPT = SUPPORT / "cuda_on_cpu" / "cuda_train.py"
+PROBE = SUPPORT / "cuda_on_cpu" / "probe_install.py"
+MEGATRON_FIXES = SUPPORT / "cuda_on_cpu" / "megatron_fixes.py"
+ANNOUNCEMENT = "fl_patch CPU pack: no GPU here; CUDA calls run on the CPU"
+OFF = {"FL_PATCH_CUDA_ON_CPU": "0"}
+
+
+def _port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def _one_rank(**extra: str) -> dict[str, str]:
+    return clean_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=_port(), **extra)
+
+
+def _run(args: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fl_patch", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _train(tmp_path: Path, name: str, device: str, *, ranks: int, env: dict[str, str]) -> tuple[list[dict], str]:
+    out = tmp_path / f"{name}.jsonl"
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"] if ranks > 1 else []
+    proc = _run([*launcher, str(SCRIPT), "--device", device, "--out", str(out)], env)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    return sorted(records, key=lambda r: (r["rank"], r["step"])), proc.stderr
+
+
+def _losses(records: list[dict]) -> list[tuple[int, int, float]]:
+    return [(r["rank"], r["step"], r["loss"]) for r in records]
+
+
+def test_cuda_script_on_one_rank_computes_what_the_cpu_version_computes(tmp_path: Path) -> None:
+    cuda, cuda_err = _train(tmp_path, "cuda", "cuda", ranks=1, env=_one_rank())
+    cpu, cpu_err = _train(tmp_path, "cpu", "cpu", ranks=1, env=_one_rank(**OFF))
+    assert len(cuda) == 6
+    assert _losses(cuda) == _losses(cpu)  # bit for bit: the same operations on the same CPU
+    assert cuda[0]["loss"] != cuda[-1]["loss"]  # it trained
+    for record in cuda:
+        assert record["param_device"] == "cpu"
+        assert record["replayed_same_mask"]  # torch.cuda.set_rng_state really restored the generator
+        assert record["elapsed_ms_nonnegative"]
+        assert record["peak_memory"] == 0  # torch's own answer on a CPU build: no device memory
+        assert record["scale"] == 65536.0  # GradScaler("cuda") is a working (CPU) scaler, not disabled
+    # Said once, and only where the transfer is on.
+    assert cuda_err.count(ANNOUNCEMENT) == 1, cuda_err[-3000:]
+    assert "FL_PATCH_CUDA_ON_CPU=0 turns this off" in cuda_err
+    assert ANNOUNCEMENT not in cpu_err
+
+
+def test_cuda_script_under_torchrun_two_ranks_computes_what_the_cpu_version_computes(tmp_path: Path) -> None:
+    cuda, cuda_err = _train(tmp_path, "cuda2", "cuda", ranks=2, env=clean_env())
+    cpu, _ = _train(tmp_path, "cpu2", "cpu", ranks=2, env=clean_env(**OFF))
+    assert {r["rank"] for r in cuda} == {0, 1} and len(cuda) == 12
+    assert _losses(cuda) == _losses(cpu)
+    # DDP all-reduced the gradients and the loss over gloo: both ranks report the same mean.
+    by_step = {}
+    for _rank, step, loss in _losses(cuda):
+        by_step.setdefault(step, set()).add(loss)
+    assert all(len(losses) == 1 for losses in by_step.values()), by_step
+    assert cuda_err.count(ANNOUNCEMENT) == 1  # rank 0 says it; rank 1 does not repeat it
+
+
+def test_the_switch_turns_the_transfer_off(tmp_path: Path) -> None:
+    proc = _run([str(SCRIPT), "--device", "cuda", "--out", str(tmp_path / "off.jsonl")], _one_rank(**OFF))
+    assert proc.returncode != 0
+    # Upstream torch again: the script's first CUDA line fails (here: device_count() is 0).
+    assert "cuda_train.py" in proc.stderr and "torch.cuda.set_device(" in proc.stderr, proc.stderr[-3000:]
+    assert "ZeroDivisionError" in proc.stderr, proc.stderr[-3000:]
+    assert ANNOUNCEMENT not in proc.stderr
+    assert not (tmp_path / "off.jsonl").exists()
+
+
+def test_install_redirects_and_uninstall_puts_every_original_back() -> None:
+    """In one process: the transfer applied (aliases bound before it included), then uninstall() exact."""
+    proc = _run([str(PROBE)], _one_rank())
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["during"] == {
+        "is_available": False,
+        "device_count": 1,
+        "current_device_after_set_device_1": 1,
+        "zeros": "cpu",
+        "to_cuda": "cpu",
+        "to_ordinal": "cpu",
+        "new_zeros": "cpu",
+        "module_to": "cpu",
+        "device_context": "cpu",
+        "alias_bound_before_install_rebound": True,
+        "stream_is_a_cuda_stream": True,
+        "cuda_seed_seeds_the_cpu_generator": True,
+        "autocast_dtype": "torch.float16",
+        "backend": "gloo",
+        "memory_allocated": 0,
+        "capability_raises": True,
+        "problems": [],
+    }
+    assert result["restored"] == [], result["restored"]  # every original object is back
+    assert result["after"] == {"zeros_raises": True, "set_device_raises": True, "is_available": False}
+
+
+def test_megatron_without_te_and_flash_attn_with_and_without_the_patches() -> None:
+    """TE layer specs build the local spec (the same model), the FP8 NameError and flash_attn import are fixed,
+    compile_helpers does not exit; with the patches disabled, upstream fails at each."""
+    on = _run([str(MEGATRON_FIXES), "patched"], _one_rank())
+    assert on.returncode == 0, on.stderr[-6000:]
+    result = json.loads(on.stdout.strip().splitlines()[-1])
+    assert result == {
+        "te_spec_is_local_spec": True,
+        "same_weights": True,
+        "same_loss": True,
+        "te_only_option_refused": True,
+        "recompute_without_te": True,
+        "fa_min_version": False,
+        "compile_helpers_returned": True,
+    }
+    targets = [
+        "megatron.core.models.gpt.gpt_layer_specs.get_gpt_layer_with_transformer_engine_submodules",
+        "megatron.core.tensor_parallel.random.CheckpointWithoutOutput.__init__",
+        "megatron.core.utils.get_fa_version",
+        "megatron.core.datasets.utils.compile_helpers",
+    ]
+    off = _run([str(MEGATRON_FIXES), "upstream"], _one_rank(FL_PATCH_DISABLE=",".join(targets)))
+    assert off.returncode == 0, off.stderr[-6000:]
+    assert json.loads(off.stdout.strip().splitlines()[-1]) == {
+        "te_spec": "TypeError: 'NoneType' object is not callable",
+        "recompute": "NameError: name 'FP8GlobalStateManager' is not defined",
+        "fa_min_version": "ModuleNotFoundError: No module named 'flash_attn'",
+        "compile_helpers": "SystemExit: 1",
+    }
+
+
+def test_registry_lists_what_the_impl_module_offers() -> None:
+    """The registry's factory list (kept there so that registering imports no torch) is the impl module's."""
+    from fl_patch.impls.cpu import cuda_on_cpu, cuda_on_cpu_registry
+
+    assert cuda_on_cpu_registry._FACTORIES == cuda_on_cpu.FACTORIES
+    for target, impl in cuda_on_cpu_registry.TORCH_TARGETS + cuda_on_cpu_registry.WITHOUT_EXTENSIONS_TARGETS:
+        module, _, name = impl.rpartition(".")
+        assert hasattr(sys.modules.get(module) or __import__(module, fromlist=[name]), name), (target, impl)
+    assert cuda_on_cpu_registry.transfer_enabled({})
+    assert not cuda_on_cpu_registry.transfer_enabled({"FL_PATCH_CUDA_ON_CPU": "0"})
+    assert not cuda_on_cpu_registry.transfer_enabled({"FL_PATCH_CUDA_ON_CPU": "off"})
+    assert not cuda_on_cpu_registry.transfer_enabled({"FL_PATCH_PACKS": "cpu"})
+    assert cuda_on_cpu_registry.transfer_enabled({"FL_PATCH_PACKS": "all"})
