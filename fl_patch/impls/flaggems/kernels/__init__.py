@@ -127,14 +127,29 @@ def _remember(
     _LEAN[site] = (compiled, grid3, tuple(tail), meta)
 
 
-def _run_lean(entry: tuple, args: tuple) -> bool:
-    from triton import knobs
-    from triton.runtime.driver import driver
+_TRITON: list = []  # (triton.knobs, the active driver), bound at the first lean launch
 
-    if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
+
+def _hooks_wanted(knobs: object) -> bool:
+    """Whether a launch hook is installed (triton 3.6 keeps them in chains that are empty by default)."""
+    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return True
+    return False
+
+
+def _run_lean(entry: tuple, args: tuple) -> bool:
+    if not _TRITON:
+        from triton import knobs
+        from triton.runtime.driver import driver
+
+        _TRITON.extend((knobs, driver.active))
+    knobs, active = _TRITON
+    if _hooks_wanted(knobs):
         return False  # a profiler's hooks: triton's own path calls them
     compiled, (g0, g1, g2), tail, _ = entry
-    stream = driver.active.get_current_stream(torch.cuda.current_device())
+    stream = active.get_current_stream(torch.cuda.current_device())
+    # no hooks: the launcher skips them (None), and no launch metadata is built
     compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *tail)
     return True
 
