@@ -39,6 +39,7 @@ Drop when: the code around megatron selects its device through ``torch.accelerat
 from __future__ import annotations
 
 import inspect
+import multiprocessing
 import os
 import sys
 from collections.abc import Callable
@@ -73,6 +74,7 @@ __all__ = [
     "default_stream",
     "device_context_init",
     "device_count",
+    "event_new",
     "factory",
     "get_device_name",
     "grad_scaler_init",
@@ -87,6 +89,7 @@ __all__ = [
     "set_device",
     "set_stream",
     "stream",
+    "stream_new",
     "synchronize",
     "tensor_new",
     "tensor_pin_memory",
@@ -109,12 +112,17 @@ _announced = False
 
 
 def announce() -> None:
-    """Say once per process (on rank 0, or where no rank is set) what the transfer redirects."""
+    """Say once what the transfer redirects: in rank 0's process (or where no rank is set).
+
+    Not in a multiprocessing child (``dist_checkpointing``'s writer, data-loader workers
+    started with spawn): its parent, which has the same transfer, said it already.
+    """
     global _announced
     if _announced:
         return
     _announced = True
-    if os.environ.get("RANK", "0") != "0":
+    child = multiprocessing.parent_process() is not None or multiprocessing.current_process().name != "MainProcess"
+    if os.environ.get("RANK", "0") != "0" or child:  # a spawn child is named before it re-imports __main__
         return
     print(
         f"fl_patch CPU pack: no GPU here; CUDA calls run on the CPU ({REDIRECTED}). "
@@ -419,6 +427,37 @@ def current_stream(device: object = None) -> Stream:
 def default_stream(device: object = None) -> Stream:
     """Patch for ``torch.cuda.default_stream``: the one stand-in stream (see :func:`current_stream`)."""
     return cuda_stand_ins.default_stream()
+
+
+def stream_new(cls: type, device: object = None, priority: int = 0, **kwargs: Any) -> Stream:
+    """Patch for ``torch.cuda.streams.Stream.__new__`` (``torch.cuda.Stream()``).
+
+    Why: CUDA code creates side streams (``torch.cuda.Stream()``) to overlap copies with
+    compute; on a CPU-only torch that raises "torch.cuda.Stream requires CUDA support" (and
+    on a CUDA build without a usable GPU, "no CUDA-capable device is detected").
+    How: a stand-in stream (``cuda_stand_ins.Stream``: the CPU's one ordered queue, waits are
+    no-ops). It is not an instance of ``torch.cuda.Stream`` (see ``cuda_stand_ins``), so
+    Python does not call that class's ``__init__`` on it.
+    Upstream reference: torch 2.13, ``torch/cuda/streams.py``.
+    Drop when: callers use ``torch.Stream`` on ``torch.accelerator`` devices.
+    """
+    return Stream(device, priority)
+
+
+def event_new(
+    cls: type, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, external: bool = False
+) -> Event:
+    """Patch for ``torch.cuda.streams.Event.__new__`` (``torch.cuda.Event()``).
+
+    Why: CUDA code times work with ``torch.cuda.Event(enable_timing=True)`` and orders streams
+    with events; on a CPU-only torch: "Tried to instantiate dummy base class Event".
+    How: a stand-in event (``cuda_stand_ins.Event``): complete when recorded;
+    ``elapsed_time`` is the host time between two records, which on the CPU is the time the
+    work took. Not an instance of ``torch.cuda.Event`` (see :func:`stream_new`).
+    Upstream reference: torch 2.13, ``torch/cuda/streams.py``.
+    Drop when: callers use ``torch.Event`` on ``torch.accelerator`` devices.
+    """
+    return Event(enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
 
 
 def set_stream(stream: object) -> None:

@@ -121,8 +121,8 @@ TORCH_SUBMODULE_TARGETS: tuple[tuple[str, str], ...] = (
     ("torch.cuda.default_stream", f"{_T}.default_stream"),
     ("torch.cuda.set_stream", f"{_T}.set_stream"),
     ("torch.cuda.stream", f"{_T}.stream"),
-    ("torch.cuda.streams.Stream", f"{_S}.Stream"),
-    ("torch.cuda.streams.Event", f"{_S}.Event"),
+    ("torch.cuda.streams.Stream.__new__", f"{_T}.stream_new"),
+    ("torch.cuda.streams.Event.__new__", f"{_T}.event_new"),
     # torch.cuda: the RNG is the CPU generator
     *((f"torch.cuda.random.{name}", f"{_S}.{name}") for name in _RNG),
     # torch.cuda.nvtx: profiler annotations

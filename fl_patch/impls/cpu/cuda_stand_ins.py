@@ -21,9 +21,11 @@ What each stands for, on a machine whose only device is the CPU:
   the time the work took);
 - NVTX ranges are profiler annotations: no-ops.
 
-:class:`Stream` and :class:`Event` subclass ``torch.cuda.Stream`` / ``torch.cuda.Event``, so
-``isinstance`` checks hold and fl_patch can install them in place of those classes; they
-never reach CUDA.
+:class:`Stream` and :class:`Event` are plain classes with ``torch.cuda.Stream``'s and
+``torch.cuda.Event``'s methods; they never reach CUDA. (They do not subclass torch's: on a
+CUDA build of torch running where no GPU is usable, those have a C base that cannot make an
+instance without a device: "no CUDA-capable device is detected", measured. So
+``isinstance(s, torch.cuda.Stream)`` is False for a stand-in.)
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.cuda.streams
 
 __all__ = [
     "CPU",
@@ -123,31 +124,8 @@ def initial_seed() -> int:
 
 
 # --------------------------------------------------------------------------- streams and events
-def _instance(cls: type, c_base: str) -> Any:
-    """A bare instance of a stand-in subclass of a CUDA runtime class, without touching CUDA.
-
-    On a CPU-only torch build the CUDA base classes are plain Python stand-ins
-    (``torch._utils._dummy_type``), so ``object.__new__`` makes one. On a CUDA build
-    running where no GPU is usable, the base is the real C type: it is made from fixed
-    identifiers (stream 0 of device 0), which allocates nothing on a device; none of its
-    CUDA methods is reachable, the subclass overrides them all.
-    """
-    try:
-        return object.__new__(cls)
-    except TypeError:
-        base = getattr(torch._C, c_base)
-        if c_base == "_CudaStreamBase":
-            return base.__new__(cls, stream_id=0, device_index=0, device_type=1)
-        return base.__new__(cls)
-
-
-class Event(torch.cuda.streams.Event):
+class Event:
     """``torch.cuda.Event`` on the CPU: complete as soon as it is recorded."""
-
-    def __new__(
-        cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, **kwargs: Any
-    ) -> Event:
-        return _instance(cls, "_CudaEventBase")  # type: ignore[no-any-return]
 
     def __init__(
         self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, **kwargs: Any
@@ -190,28 +168,25 @@ class Event(torch.cuda.streams.Event):
         return "<torch.cuda.Event on the CPU (fl_patch CPU pack)>"
 
 
-class Stream(torch.cuda.streams.Stream):
+class Stream:
     """``torch.cuda.Stream`` on the CPU: one ordered queue, so every wait is a no-op."""
-
-    def __new__(cls, device: object = None, priority: int = 0, **kwargs: Any) -> Stream:
-        return _instance(cls, "_CudaStreamBase")  # type: ignore[no-any-return]
 
     def __init__(self, device: object = None, priority: int = 0, **kwargs: Any) -> None:
         self._priority = priority
 
-    @property  # type: ignore[override]
+    @property
     def device(self) -> torch.device:
         return CPU
 
-    @property  # type: ignore[override]
+    @property
     def priority(self) -> int:
         return self._priority
 
-    @property  # type: ignore[override]
+    @property
     def cuda_stream(self) -> int:
         return 0
 
-    @property  # type: ignore[override]
+    @property
     def stream_id(self) -> int:
         return 0
 
@@ -221,7 +196,7 @@ class Stream(torch.cuda.streams.Stream):
     def wait_event(self, event: object) -> None:
         return None
 
-    def record_event(self, event: Event | None = None) -> Event:  # type: ignore[override]
+    def record_event(self, event: Event | None = None) -> Event:
         event = event if event is not None else Event()
         event.record(self)
         return event

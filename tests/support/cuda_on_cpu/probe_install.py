@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.utils._device
 from torch.cuda import manual_seed as seed_bound_before_install
 
-from fl_patch.impls.cpu import cuda_on_cpu_registry
+from fl_patch.impls.cpu import cuda_on_cpu_registry, cuda_stand_ins
 
 _ABSENT = object()
 
@@ -81,7 +81,8 @@ during = {
     "module_to": next(torch.nn.Linear(2, 2).to("cuda").parameters()).device.type,
     "device_context": in_context,
     "alias_bound_before_install_rebound": seed_bound_before_install is torch.cuda.random.manual_seed,
-    "stream_is_a_cuda_stream": isinstance(torch.cuda.Stream(), torch.cuda.streams.Stream),
+    "stream_is_the_stand_in": isinstance(torch.cuda.Stream(), cuda_stand_ins.Stream),
+    "event_is_the_stand_in": isinstance(torch.cuda.Event(enable_timing=True), cuda_stand_ins.Event),
     "cuda_seed_seeds_the_cpu_generator": torch.equal(drawn, torch.rand(3, generator=torch.Generator().manual_seed(7))),
     "autocast_dtype": str(autocast_dtype),
     "backend": backend,
