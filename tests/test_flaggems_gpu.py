@@ -543,3 +543,31 @@ def test_fused_adam_on_the_gpu_equals_the_unfused_step(adam_w_mode: bool) -> Non
         reference.step()
     for p, q in zip(ours, theirs, strict=True):
         torch.testing.assert_close(p, q, rtol=2e-6, atol=2e-7)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_vocab_parallel_cross_entropy_kernels_on_one_rank(megatron_parallel, dtype) -> None:
+    """The vocabulary-parallel path's kernels on the GPU, over a group of one (the TP=2 arithmetic and its
+    all-reduces run in Triton's interpreter under gloo, test_flaggems_interpret.py): upstream's loss and
+    gradient, a target outside the vocabulary included, on strided logits."""
+    from fl_patch.impls.flaggems import ops
+
+    base = torch.randn(37, 3, 5001 + 7, device="cuda").to(dtype) * 3
+    logits = base[..., 3 : 3 + 5001]
+    target = torch.randint(0, 5001, (37, 3), device="cuda")
+    target[0, 0] = 5001 + 5
+    grad = torch.randn(3, 37, device="cuda").t()
+    results = []
+    for fn in (
+        lambda x: ops.vocab_parallel_cross_entropy(
+            x, target, megatron_parallel.get_tensor_model_parallel_group(), 0, 1
+        ),
+        lambda x: gems_checks.ref_cross_entropy(x, target, 0.0),
+    ):
+        x = logits.detach().clone().requires_grad_(True)
+        loss = fn(x)
+        loss.backward(grad)
+        results.append([loss, x.grad])
+    assert results[0][0].dtype == torch.float32
+    for i, (a, b) in enumerate(zip(*results, strict=True)):
+        _close(a, b, dtype, f"vocab-parallel cross entropy tensor {i}")

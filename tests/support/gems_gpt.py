@@ -15,7 +15,9 @@ with and without the pack). ``--preset llama131``: a 1.31 B Llama-style stand-in
 the issue's held-out model (25 layers, hidden 2048, 16 heads in 8 query groups, head
 dim 128, SwiGLU 5632, vocab 32000), seq 4096, micro-batch 1. The output also holds
 the first step's time and the time from interpreter start to the end of the first
-step (the cold start).
+step (the cold start). ``--tp 2`` (under ``torchrun --nproc-per-node 2``): tensor
+parallelism over the ranks, ``--sp`` with sequence parallelism; every rank sees the same
+tokens, rank 0 writes the output (tokens/s counts each token once).
 
 fl_patch is installed here, before megatron is imported, so ``MG_FL_PREFER`` and
 ``FL_PATCH`` in the environment decide what runs. The output JSON also holds
@@ -41,13 +43,19 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 
-def _init_distributed() -> None:
+def _init_distributed() -> int:
+    """One NCCL process group: torchrun's (RANK, WORLD_SIZE, LOCAL_RANK set), else a one-rank group; returns the rank."""
+    if "WORLD_SIZE" in os.environ and "LOCAL_RANK" in os.environ:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        torch.distributed.init_process_group("nccl")
+        return torch.distributed.get_rank()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK="0")
     torch.cuda.set_device(0)
     torch.distributed.init_process_group("nccl", rank=0, world_size=1)
+    return 0
 
 
 def _markov_batches(vocab: int, batch: int, seq: int, seed: int, device: str, steps: int):
@@ -73,7 +81,9 @@ def _markov_batches(vocab: int, batch: int, seq: int, seed: int, device: str, st
 
 
 def _random_batches(vocab: int, batch: int, seq: int, device: str):
-    tokens = torch.randint(0, vocab, (batch, seq + 1), device=device)
+    # a seeded generator: every tensor-parallel rank draws the same tokens
+    gen = torch.Generator(device=device).manual_seed(1234)
+    tokens = torch.randint(0, vocab, (batch, seq + 1), device=device, generator=gen)
     while True:
         yield tokens
 
@@ -106,6 +116,10 @@ def main() -> int:
     parser.add_argument("--seq", type=int, default=None)
     parser.add_argument("--mbs", type=int, default=None)
     parser.add_argument("--preset", choices=("gpt085", "llama131"), default="gpt085")
+    parser.add_argument(
+        "--tp", type=int, default=1, help="tensor-parallel size (run under torchrun with as many ranks)"
+    )
+    parser.add_argument("--sp", action="store_true", help="sequence parallelism (upstream's torch norms refuse it)")
     parser.add_argument("--profile", default=None, help="torch.profiler tables of steps 7-8 to this text file")
     parser.add_argument(
         "--fused-qkv-rope",
@@ -125,7 +139,7 @@ def main() -> int:
     mbs = args.mbs or (8 if curve else 1 if llama else 4)
     steps = args.steps or (300 if curve else 14)
 
-    _init_distributed()
+    rank = _init_distributed()
     from megatron.core import parallel_state
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -136,7 +150,7 @@ def main() -> int:
     from megatron.core.transformer.module import Float16Module
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    parallel_state.initialize_model_parallel(1, 1)
+    parallel_state.initialize_model_parallel(args.tp, 1)
     torch.manual_seed(1234)
     model_parallel_cuda_manual_seed(1234)
     cfg = TransformerConfig(
@@ -145,7 +159,7 @@ def main() -> int:
         add_bias_linear=False, bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
         bias_activation_fusion=False, masked_softmax_fusion=False, apply_rope_fusion=False,
         gradient_accumulation_fusion=False, bias_dropout_fusion=False, attention_dropout=0.0, hidden_dropout=0.0,
-        fused_single_qkv_rope=args.fused_qkv_rope,
+        fused_single_qkv_rope=args.fused_qkv_rope, tensor_model_parallel_size=args.tp, sequence_parallel=args.sp,
     )  # fmt: skip
     model = GPTModel(
         config=cfg,
@@ -244,9 +258,11 @@ def main() -> int:
         "flaggems_report": report,
         "fallbacks": fallback_summary(),
     }
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
-    print(json.dumps({k: v for k, v in out.items() if k not in ("losses", "step_times_s", "flaggems_report")}))
+    out["tp"], out["sp"] = args.tp, args.sp
+    if rank == 0:
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)
+        print(json.dumps({k: v for k, v in out.items() if k not in ("losses", "step_times_s", "flaggems_report")}))
     torch.distributed.destroy_process_group()
     return 0
 

@@ -14,8 +14,9 @@ takes the kernel (``ops.rms_norm`` / ``ops.layer_norm``) and hands any call it d
 not cover back to torch's own forward, saying why once: input not on CUDA or triton
 missing, a dtype other than fp32/bf16/fp16, input and weight of different dtypes,
 no affine weight, a multi-dimensional ``normalized_shape``, a row wider than
-``MAX_WIDTH``. Tensor parallelism does not matter: norms act on full hidden rows
-(upstream's ``WrappedTorchNorm`` refuses sequence parallelism itself).
+``MAX_WIDTH``. Tensor parallelism does not matter: norms act on full hidden rows.
+Sequence parallelism, which upstream's builder refuses for torch's norms, is taken
+(the class docstring says how).
 
 Upstream reference: megatron-core 0.19.2 ``megatron/core/transformer/torch_norm.py``
 (``WrappedTorchNorm``), chosen by ``megatron/core/models/backends.py``
@@ -25,6 +26,8 @@ megatron's local spec uses a fused norm on GPUs without Apex/TE.
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 from megatron.core.transformer.torch_norm import WrappedTorchNorm as _UpstreamWrappedTorchNorm
@@ -81,12 +84,41 @@ class FlagGemsLayerNorm(torch.nn.LayerNorm):
 _RETYPE: dict[type, type] = {torch.nn.RMSNorm: FlagGemsRMSNorm, torch.nn.LayerNorm: FlagGemsLayerNorm}
 
 
+def _config_of(args: tuple, kwargs: dict) -> object:
+    return kwargs["config"] if "config" in kwargs else args[0] if args else None
+
+
 class WrappedTorchNorm(_UpstreamWrappedTorchNorm):
-    """Upstream's ``WrappedTorchNorm``; the module it builds runs the pack's kernels."""
+    """Upstream's ``WrappedTorchNorm``; the module it builds runs the pack's kernels.
+
+    Sequence parallelism, which upstream's builder refuses for torch's norms, is taken:
+    a norm acts on whole hidden rows, so a rank holding a slice of the sequence
+    normalizes its rows exactly as a rank holding all of them would; only the weight
+    (and bias) gradients are partial sums over the rank's rows. The module is built as
+    upstream builds it for ``sequence_parallel=False`` and its parameters are marked
+    ``sequence_parallel``, the attribute megatron's fused and TE norms set, on which
+    ``finalize_model_grads`` all-reduces those gradients over the tensor-parallel group.
+    """
 
     def __new__(cls, *args: object, **kwargs: object) -> torch.nn.Module:
-        module = _UpstreamWrappedTorchNorm.__new__(cls, *args, **kwargs)
+        config = _config_of(args, kwargs)
+        sequence_parallel = bool(getattr(config, "sequence_parallel", False))
+        built_args, built_kwargs = args, kwargs
+        if sequence_parallel:
+            plain = copy.copy(config)
+            plain.sequence_parallel = False
+            if "config" in kwargs:
+                built_kwargs = {**kwargs, "config": plain}
+            else:
+                built_args = (plain, *args[1:])
+        module = _UpstreamWrappedTorchNorm.__new__(cls, *built_args, **built_kwargs)
         retyped = _RETYPE.get(type(module))
-        if retyped is not None:
-            module.__class__ = retyped
+        if retyped is None:
+            if sequence_parallel:  # not a norm the pack serves: upstream's own refusal
+                return _UpstreamWrappedTorchNorm.__new__(cls, *args, **kwargs)
+            return module
+        module.__class__ = retyped
+        if sequence_parallel:
+            for param in module.parameters():
+                param.sequence_parallel = True
         return module

@@ -13,7 +13,16 @@ import torch
 
 from ._runtime import backend, note_once
 
-__all__ = ["attention_reason", "cross_entropy", "flash_attention", "layer_norm", "rms_norm", "rotary", "swiglu"]
+__all__ = [
+    "attention_reason",
+    "cross_entropy",
+    "flash_attention",
+    "layer_norm",
+    "rms_norm",
+    "rotary",
+    "swiglu",
+    "vocab_parallel_cross_entropy",
+]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -96,3 +105,12 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, label_smoothing: f
     from .kernels.cross_entropy import cross_entropy as impl
 
     return impl(logits, target, label_smoothing)
+
+
+def vocab_parallel_cross_entropy(
+    logits: torch.Tensor, target: torch.Tensor, group: object, rank: int, world: int
+) -> torch.Tensor:
+    """Per-token cross entropy of logits split over the vocabulary across ``group`` (no label smoothing)."""
+    from .kernels.cross_entropy import vocab_parallel_cross_entropy as impl
+
+    return impl(logits, target, group, rank, world)
