@@ -19,6 +19,14 @@ release it says so once.
   ``training_functions.py`` (FlagScale's training targets, RNG fidelity, ``Tensor.cuda``,
   ``typing.override``) and ``training_defaults.py`` (the parser's CPU defaults).
 
+- ``cuda_on_cpu_registry.py`` (called by ``registry.py``): the CUDA-on-CPU transfer for the
+  code around megatron (``torch.cuda.*``, ``device="cuda"``, ``.cuda()``/``.to("cuda")``,
+  NCCL, autocast, the grad scaler, Transformer Engine layer specs -> local specs), on
+  unless ``FL_PATCH_CUDA_ON_CPU=0`` (``docs/cuda_on_cpu.md``), with its impls in
+  ``cuda_on_cpu.py`` and ``cuda_on_cpu_megatron.py`` and the stand-ins it shares with the
+  views in ``cuda_stand_ins.py``; and, always, fixes for megatron-core without flash-attn /
+  Transformer Engine (``cuda_on_cpu_megatron.py``).
+
 Each impl's docstring says why it is needed (the upstream line that assumes CUDA), how it
 works, the upstream reference, and when it can be dropped.
 """

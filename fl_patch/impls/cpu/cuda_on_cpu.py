@@ -135,12 +135,14 @@ def announce() -> None:
 def _unwrapped(obj: Any) -> Any:
     """The torch original behind an impl of this module (if an import ever sees one installed)."""
     while getattr(obj, "__fl_cuda_on_cpu__", False):
-        obj = obj.__wrapped__
+        obj = obj._fl_original
     return obj
 
 
 def _mark(wrapper: Callable[..., Any], original: Any, name: str) -> Callable[..., Any]:
-    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    # Not ``__wrapped__``: inspect.signature would follow it to a builtin whose signature
+    # cannot be read, and ``--check`` could not read the impl's own (*args, **kwargs).
+    wrapper._fl_original = original  # type: ignore[attr-defined]
     wrapper.__fl_cuda_on_cpu__ = True  # type: ignore[attr-defined]
     wrapper.__name__ = name
     wrapper.__qualname__ = name
