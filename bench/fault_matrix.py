@@ -23,104 +23,20 @@ import sys
 import tempfile
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SUPPORT = REPO / "tests" / "support"
+# The one fault table, shared with tests/test_faults.py.
+SUPPORT_PATH = [SUPPORT, *(SUPPORT / group for group in ("activation", "plugins", "flagscale", "faults"))]
+sys.path.insert(0, str(SUPPORT / "faults"))
 
-PROGRAM = """
-import sys
-from megatron.core import utils
-from megatron.core.optimizer import clip_grads, optimizer
-from megatron.core import optimizer_param_scheduler
-assert utils.divide(6, 3) == 2, "upstream divide did not run"
-assert clip_grads.get_grad_norm_fp32.__module__ == "megatron.core.optimizer.clip_grads"
-assert optimizer_param_scheduler.OptimizerParamScheduler.__module__ == "megatron.core.optimizer_param_scheduler"
-print("PROGRAM-OK")
-"""
+from fault_table import FAULTS, Fault  # noqa: E402
 
 
-@dataclass(frozen=True)
-class Case:
-    name: str
-    registry: str  # body of the registry module ('' when the case is in the environment)
-    must_name: tuple[str, ...]  # what the warning / error must contain
-    env: tuple[tuple[str, str], ...] = ()
-
-
-def _register(target: str, impl: str) -> str:
-    return f"from fl_patch import register\nregister({target!r}, {impl!r})\n"
-
-
-DIVIDE = "megatron.core.utils.divide"
-CASES = [
-    Case(
-        "impl raises ImportError",
-        _register(DIVIDE, "fltest_broken.import_error.impl"),
-        (DIVIDE, "fltest_broken.import_error.impl", "fltest_no_such_dependency"),
-    ),
-    Case(
-        "impl SyntaxError",
-        _register(DIVIDE, "fltest_broken.syntax_error.impl"),
-        (DIVIDE, "fltest_broken.syntax_error.impl", "SyntaxError"),
-    ),
-    Case(
-        "impl raises at import",
-        _register(DIVIDE, "fltest_broken.raises_at_import.impl"),
-        (DIVIDE, "fltest_broken.raises_at_import.impl", "vendor library initialisation failed"),
-    ),
-    Case(
-        "impl attribute missing",
-        _register(DIVIDE, "fltest_broken.usable.no_such_impl"),
-        (DIVIDE, "fltest_broken.usable.no_such_impl", "has no attribute 'no_such_impl'"),
-    ),
-    Case(
-        "impl not callable",
-        _register(DIVIDE, "fltest_broken.usable.NOT_CALLABLE"),
-        (DIVIDE, "fltest_broken.usable.NOT_CALLABLE", "not callable"),
-    ),
-    Case(
-        "target module missing",
-        _register("megatron.core.optimizer.no_such_module.fn", "fltest_broken.usable.impl"),
-        ("megatron.core.optimizer.no_such_module.fn", "no attribute or submodule 'no_such_module'"),
-    ),
-    Case(
-        "target attribute renamed",
-        _register("megatron.core.optimizer.clip_grads.get_grad_norm", "fltest_broken.usable.impl"),
-        ("megatron.core.optimizer.clip_grads.get_grad_norm", "has no attribute 'get_grad_norm'"),
-    ),
-    Case(
-        "class replacement not a subclass",
-        _register(
-            "megatron.core.optimizer_param_scheduler.OptimizerParamScheduler", "fltest_broken.usable.NotASubclass"
-        ),
-        ("OptimizerParamScheduler", "fltest_broken.usable.NotASubclass", "does not subclass"),
-    ),
-    Case(
-        "registry module fails to import",
-        "",
-        ("fltest_broken.registry_raises", "missing vendor SDK"),
-        env=(("FL_PATCH_REGISTRY", "fltest_broken.registry_raises"),),
-    ),
-    Case(
-        "broken entry point",
-        "",
-        ("fltest_broken.registry_missing_module", "ModuleNotFoundError"),
-        env=(("FL_PATCH_ENTRY_POINTS", "1"),),
-    ),
-    Case(
-        "unknown vendor in MG_FL_PREFER",
-        _register(DIVIDE, "fltest_broken.usable.impl").replace(")\n", ", vendor='musa')\n"),
-        ("MG_FL_PREFER", "'kunlunxin'"),
-        env=(("MG_FL_PREFER", "kunlunxin"),),
-    ),
-]
-
-
-def _environment(case: Case, workdir: Path, strict: bool) -> dict[str, str]:
+def _environment(case: Fault, workdir: Path, strict: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not (k.startswith("FL_PATCH") or k == "MG_FL_PREFER")}
-    paths = [str(workdir), str(REPO), str(SUPPORT)]
+    paths = [str(workdir), str(REPO), *map(str, SUPPORT_PATH)]
     if case.name == "broken entry point":
         dist = workdir / "fltest_broken_ep-1.0.dist-info"
         dist.mkdir(exist_ok=True)
@@ -139,12 +55,12 @@ def _environment(case: Case, workdir: Path, strict: bool) -> dict[str, str]:
     return env
 
 
-def run_case(case: Case) -> dict[str, object]:
+def run_case(case: Fault) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         if case.registry:
             (workdir / "fault_case_registry.py").write_text(case.registry)
-        (workdir / "program.py").write_text(textwrap.dedent(PROGRAM))
+        (workdir / "program.py").write_text(textwrap.dedent(case.program))
         results: dict[str, object] = {"case": case.name}
         for mode in ("default", "strict"):
             env = _environment(case, workdir, strict=mode == "strict")
@@ -158,7 +74,7 @@ def run_case(case: Case) -> dict[str, object]:
             )
             output = proc.stdout + proc.stderr
             lines = [line for line in output.splitlines() if ("FlPatchWarning" in line or "FlPatchError" in line)]
-            named = [line for line in lines if all(part in line for part in case.must_name)]
+            named = [line for line in lines if all(part in line for part in case.names)]
             results[mode] = {"exit": proc.returncode, "named": len(named), "ran": "PROGRAM-OK" in proc.stdout}
             if os.environ.get("FAULT_MATRIX_VERBOSE"):
                 print(f"--- {case.name} [{mode}] exit {proc.returncode}\n{output[-3000:]}", file=sys.stderr)
@@ -176,7 +92,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
     with ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(run_case, CASES))
+        rows = list(pool.map(run_case, FAULTS))
     print("| case | default: exit | default: warnings naming it | strict: exit |")
     print("|---|---|---|---|")
     for row in rows:

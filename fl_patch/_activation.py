@@ -17,9 +17,10 @@ installing anything (``--list``, ``--check``).
 from __future__ import annotations
 
 import sys
+import types
 import warnings
 
-from . import _sources
+from . import _flagscale, _sources
 from ._errors import FlPatchWarning
 from ._runtime import RUNTIME
 from ._settings import Settings, enabled, unrecognised_values
@@ -34,8 +35,21 @@ def _load_deferred_sources() -> None:
     if settings.entry_points:
         _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems)
     if settings.flagscale_tree:
-        _sources.load_flagscale_tree(RUNTIME.registry, RUNTIME.problems)
+        _flagscale.load_tree(RUNTIME.registry, RUNTIME.problems, engine, hooked=engine.installed)
     engine.check_preferred_vendors()
+
+
+def _flagscale_on() -> bool:
+    return RUNTIME.settings is not None and RUNTIME.settings.flagscale_tree
+
+
+def _join_flagscale_tree(decorators: types.ModuleType) -> None:
+    if _flagscale_on():
+        _flagscale.take_over_on_load(decorators)
+
+
+def _flagscale_platform() -> str | None:
+    return _flagscale.tree_platform() if _flagscale_on() else None
 
 
 def _configure(settings: Settings) -> None:
@@ -45,7 +59,13 @@ def _configure(settings: Settings) -> None:
             warnings.warn(message, FlPatchWarning, stacklevel=4)
     RUNTIME.settings = settings
     engine.configure(settings)
-    engine.serve(_sources.FLAGSCALE_DECORATORS, "fl_patch.flagscale_compat")
+    # fl_patch's megatron.plugin.decorators where none is installed (``from megatron.plugin.decorators
+    # import register`` works in any registry), and a FlagScale tree's own joined to fl_patch.
+    engine.serve(_flagscale.DECORATORS, "fl_patch.flagscale_compat")
+    if not RUNTIME.flagscale_configured:  # once: both read the settings when they run
+        RUNTIME.flagscale_configured = True
+        engine.on_load(_flagscale.DECORATORS, _join_flagscale_tree)
+        engine.add_platform_hint(_flagscale_platform)
     if settings.report_at_exit:
         from . import _exit_report  # only in report mode: a normal run pays nothing
 

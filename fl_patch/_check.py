@@ -40,9 +40,10 @@ from dataclasses import asdict, dataclass, field
 
 from . import _activation
 from ._errors import FlPatchWarning
+from ._missing import locate, unusable
 from ._registry import Registration
 from ._report import PatchRecord, Status
-from ._resolve import Kind, Resolved, describe, load_impl, owned_path, resolve_in
+from ._resolve import Kind, Resolved, load_impl, owned_path
 from ._runtime import RUNTIME
 from ._settings import ENV
 from ._signatures import Finding, compare_signatures
@@ -323,23 +324,21 @@ def _check_one(
             findings.append(Finding("error", f"target missing: no module {registration.target}{where}"))
     else:
         try:
-            resolved = resolve_in(owner.module, owner.attr_path)  # type: ignore[arg-type]
+            resolved, attr_path, note = locate(owner.module, owner.attr_path)  # type: ignore[arg-type]
         except AttributeError as exc:
             findings.append(Finding("error", f"target missing: {exc}{where}"))
         else:
-            if resolved.exists:
+            cause = unusable(owner.module, attr_path, resolved, where)  # type: ignore[arg-type]
+            if note:
+                findings.append(Finding("warning", note))
+            if cause is None:
                 result.target_found = True
                 result.kind = resolved.kind.value
             elif registration.create:
                 findings.append(Finding("warning", "no such attribute upstream: it is created (create=True)"))
                 resolved = None
             else:
-                findings.append(
-                    Finding(
-                        "error",
-                        f"target missing: {describe(resolved.holder)} has no attribute {resolved.name!r}{where}",
-                    )
-                )
+                findings.append(Finding("error", f"target missing: {cause}"))
                 resolved = None
 
     impl, error = loaded

@@ -64,6 +64,8 @@ class Engine:
         self._vendors: tuple[str, ...] | None = None
         self._platform: str | None = None
         self._served: dict[str, str] = {}  # module name -> fl_patch module served when none is installed
+        self._on_load: dict[str, Callable[[types.ModuleType], None]] = {}  # module name -> run after its body
+        self._platform_hints: list[Callable[[], str | None]] = []
         self._trigger_roots: frozenset[str] = frozenset()  # FL_PATCH_TRIGGERS: their load runs the deferred sources
         self._observed_roots = OBSERVED_ROOTS
         self._deferred: Callable[[], None] | None = None
@@ -88,6 +90,22 @@ class Engine:
     def serve(self, name: str, module_name: str) -> None:
         """Import ``module_name`` under ``name`` when no module of that name is installed."""
         self._served[name] = module_name
+
+    def on_load(self, name: str, callback: Callable[[types.ModuleType], None]) -> None:
+        """Call ``callback(module)`` right after the body of the module ``name`` ran, before its importer gets it."""
+        self._on_load[name] = callback
+
+    def add_platform_hint(self, hint: Callable[[], str | None]) -> None:
+        """A platform detector of a plugin tree's own, asked before fl_patch's (``vendor_priority``)."""
+        self._platform_hints.append(hint)
+        if self._vendors is not None:
+            before = self._vendors
+            self._vendors = None
+            if self.vendors() != before:
+                self.problems.problem(
+                    f"fl_patch: the vendor list became {', '.join(self.vendors())} once a plugin tree's platform "
+                    f"detection was found; patches applied before used {', '.join(before)}"
+                )
 
     def defer(self, load_sources: Callable[[], None]) -> None:
         """Run ``load_sources`` when the first megatron module (or trigger package) starts loading."""
@@ -118,8 +136,20 @@ class Engine:
                 except Exception as exc:  # noqa: BLE001  (detection must never break an import)
                     self._platform = "cpu"
                     self.problems.problem(f"fl_patch: could not detect the platform ({exc!r}); assuming 'cpu'")
-            self._vendors = vendor_priority(self.settings.prefer, self._platform)
+            self._vendors = vendor_priority(self.settings.prefer, self._platform, self._hinted_platforms())
         return self._vendors
+
+    def _hinted_platforms(self) -> list[str]:
+        hinted = []
+        for hint in self._platform_hints:
+            try:
+                platform = hint()
+            except Exception as exc:  # noqa: BLE001  (a plugin tree's detection must not break an import)
+                self.problems.problem(f"fl_patch: a plugin tree's platform detection failed: {exc!r}; it is ignored")
+                continue
+            if platform:
+                hinted.append(platform)
+        return hinted
 
     def platform_detected(self) -> bool:
         return self._vendors is not None
@@ -148,7 +178,10 @@ class Engine:
         while isinstance(impl, str):
             path = impl.replace(":", ".")
             if path in chain:
-                return " -> ".join([*chain, path])
+                loop = chain[chain.index(path) :]
+                start = loop.index(min(loop))  # the same text from whichever member it is found
+                loop = loop[start:] + loop[:start]
+                return " -> ".join([*loop, loop[0]])
             following = self.registry.get(path)
             if following is None:
                 return None
@@ -206,6 +239,9 @@ class Engine:
             self._mark_processed(name, current)
         if not self.installed:
             return
+        callback = self._on_load.get(name)
+        if callback is not None and isinstance(current, types.ModuleType):
+            callback(current)
         try:
             # Impls that reach this module through its package (``import a.b`` then ``a.b.name``)
             # need the package attribute, which the import system sets only after we return.

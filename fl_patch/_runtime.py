@@ -42,6 +42,7 @@ class Runtime:
         self.child_watch: Any = None  # _children.ChildWatch, once launches are watched
         self.call_counts: Any = None  # _exit_report.CallCounts in report mode
         self.exit_check = False  # _strict's exit check registered
+        self.flagscale_configured = False  # the engine asks a FlagScale tree's platform detection
         self._registry: Registry | None = None
         self._problems: ProblemSink | None = None
         self._engine: Engine | None = None

@@ -4,9 +4,9 @@
    Each pack registers for its own vendor, so the CPU pack is inert on a GPU machine).
 2. Modules named in ``FL_PATCH_REGISTRY`` or ``--registry``.
 3. Installed distributions' entry points in the group ``fl_patch.registries``.
-4. A FlagScale-style plugin tree: ``megatron/plugin/override_registry.py`` on a
-   ``sys.path`` entry the user put there (``PYTHONPATH``, site-packages), never one
-   that is there only because it is the current directory.
+4. A FlagScale plugin tree: ``megatron/plugin/override_registry.py`` on a ``sys.path``
+   entry the user put there (``_flagscale``, which also makes its own ``decorators.py``
+   and platform detection work with fl_patch).
 
 1 and 2 load at ``install()``. 3 and 4 are discovered when the first megatron module
 starts loading: scanning installed distributions and probing a namespace package
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
-import os
-import sys
 import types
 from typing import TYPE_CHECKING
 
@@ -33,21 +31,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "FLAGSCALE_DECORATORS",
-    "FLAGSCALE_REGISTRY",
+    "import_source",
     "load_entry_points",
-    "load_flagscale_tree",
     "load_packs",
     "load_registry_modules",
 ]
 
 ENTRY_POINT_GROUP = "fl_patch.registries"
-FLAGSCALE_REGISTRY = "megatron.plugin.override_registry"
-# Served by fl_patch (``flagscale_compat``) when no real FlagScale module of that name exists.
-FLAGSCALE_DECORATORS = "megatron.plugin.decorators"
 
 
-def _import_source(module_name: str, what: str, registry: Registry, problems: ProblemSink) -> types.ModuleType | None:
+def import_source(module_name: str, what: str, registry: Registry, problems: ProblemSink) -> types.ModuleType | None:
     try:
         with registry.atomically():
             return importlib.import_module(module_name)
@@ -66,13 +59,13 @@ def load_packs(names: tuple[str, ...] | None, registry: Registry, problems: Prob
         if registry_module is None:
             problems.problem(f"fl_patch: FL_PATCH_PACKS names unknown pack {name!r} (shipped: {', '.join(PACKS)})")
             continue
-        if _import_source(registry_module, "pack registry", registry, problems) is not None:
+        if import_source(registry_module, "pack registry", registry, problems) is not None:
             loaded.append(name)
     return loaded
 
 
 def load_registry_modules(names: tuple[str, ...], registry: Registry, problems: ProblemSink) -> list[str]:
-    return [name for name in names if _import_source(name, "registry module", registry, problems) is not None]
+    return [name for name in names if import_source(name, "registry module", registry, problems) is not None]
 
 
 def load_entry_points(registry: Registry, problems: ProblemSink) -> list[str]:
@@ -101,48 +94,3 @@ def load_entry_points(registry: Registry, problems: ProblemSink) -> list[str]:
             continue
         loaded.append(label)
     return loaded
-
-
-def _named_path_entries() -> list[str]:
-    """sys.path entries except those present only as the current directory."""
-    named = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
-    cwd = os.getcwd()
-    entries = []
-    for entry in sys.path:
-        absolute = os.path.abspath(entry) if entry else cwd
-        if (entry == "" or absolute == cwd) and absolute not in named:
-            continue
-        entries.append(absolute)
-    return entries
-
-
-def load_flagscale_tree(registry: Registry, problems: ProblemSink) -> str | None:
-    """Import ``megatron.plugin.override_registry`` if a plugin tree provides one."""
-    if FLAGSCALE_REGISTRY in sys.modules:
-        return FLAGSCALE_REGISTRY
-    megatron = sys.modules.get("megatron")
-    if megatron is not None:
-        search = list(getattr(megatron, "__path__", []) or [])
-    else:  # --list runs before any megatron import: ask where the namespace package would be
-        spec = importlib.machinery.PathFinder.find_spec("megatron")
-        search = list(spec.submodule_search_locations or []) if spec is not None else []
-    allowed = _named_path_entries()
-    trees = [p for p in search if os.path.dirname(os.path.abspath(p)) in allowed]
-    if not trees:
-        return None
-    try:
-        spec = importlib.machinery.PathFinder.find_spec("megatron.plugin", trees)
-        locations = list(spec.submodule_search_locations or []) if spec is not None else []
-        found = importlib.machinery.PathFinder.find_spec(FLAGSCALE_REGISTRY, locations) if locations else None
-    except (ImportError, ValueError):
-        found = None
-    if found is None:
-        return None
-    # The tree's registry does ``from megatron.plugin.decorators import register``. The
-    # import hook serves fl_patch's version of that module, but --list and --check load
-    # sources without installing the hook: provide it here too, unless the tree has one.
-    if FLAGSCALE_DECORATORS not in sys.modules:
-        real = importlib.machinery.PathFinder.find_spec(FLAGSCALE_DECORATORS, locations)
-        if real is None:
-            sys.modules[FLAGSCALE_DECORATORS] = importlib.import_module("fl_patch.flagscale_compat")
-    return FLAGSCALE_REGISTRY if _import_source(FLAGSCALE_REGISTRY, "FlagScale registry", registry, problems) else None

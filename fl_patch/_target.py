@@ -38,8 +38,9 @@ from ._apply import (
     install_module,
     revert,
 )
+from ._missing import locate, unusable
 from ._report import PatchRecord, Status
-from ._resolve import Kind, Resolved, describe, load_impl, resolve_in, unwrap
+from ._resolve import Kind, Resolved, describe, load_impl, unwrap
 
 if TYPE_CHECKING:
     from ._registry import Registration
@@ -49,6 +50,10 @@ __all__ = ["ImplStillLoading", "PatchContext", "PlatformNotReady", "Selection", 
 
 class ImplStillLoading(Exception):
     """Not yet: the impl's module is being imported right now (it imported the target's module). Retry later."""
+
+
+class ImplCycle(ImplMismatch):
+    """The impl names a registered target whose impl leads back here."""
 
 
 class PlatformNotReady(ImplStillLoading):
@@ -132,15 +137,15 @@ class Target:
             return None
         first = selection.candidates[0]
         try:
-            resolved = resolve_in(module, attr_path)
+            resolved, attr_path, note = locate(module, attr_path)
         except AttributeError as exc:
             return self._missing(first, str(exc), ctx)
         existing = self._in_place_at(resolved.holder, resolved.name)
         if existing is not None and existing.registration is not None and existing.registration in selection.candidates:
             return None  # already in place: the same module body is not patched twice
-        if not resolved.exists and not any(r.create for r in selection.candidates):
-            cause = f"{describe(resolved.holder)} has no attribute {resolved.name!r}"
-            return self._missing(first, cause + _version_note(self.name), ctx)
+        cause = unusable(module, attr_path, resolved, _version_note(self.name)) if existing is None else None
+        if cause is not None and not any(r.create for r in selection.candidates):
+            return self._missing(first, cause, ctx)
         if existing is not None:  # a re-registration replaces our own impl: keep the upstream original
             resolved = Resolved(resolved.holder, resolved.name, existing.original, existing.previous_own is not ABSENT)
         for registration in selection.candidates:
@@ -152,6 +157,11 @@ class Target:
                 replacement = build_replacement(resolved, impl, create=registration.create)
             except ImplStillLoading:
                 raise
+            except ImplCycle as exc:  # one problem for every target of the loop: one message
+                self._failed[id(registration)] = str(exc)
+                self._set(Status.IMPL_FAILED, str(exc))
+                ctx.problem(f"fl_patch: {exc}; none of them is patched, upstream code runs", registration.where)
+                continue
             except ImplMismatch as exc:
                 self._fail(registration, Status.IMPL_FAILED, str(exc), ctx)
                 continue
@@ -175,7 +185,8 @@ class Target:
                     continue
                 if existing is not None:
                     patch.previous_own = existing.previous_own
-                self._applied(patch, registration, late, "applied after import" if late else "")
+                detail = "; ".join(filter(None, ["applied after import" if late else "", note]))
+                self._applied(patch, registration, late, detail)
             return patch
         return None
 
@@ -251,7 +262,7 @@ class Target:
     def _load(self, registration: Registration, ctx: PatchContext, *, current: object) -> object:
         cycle = ctx.impl_cycle(self, registration)
         if cycle is not None:
-            raise ImplMismatch(f"the impls form a cycle ({cycle}): none of them can run")
+            raise ImplCycle(f"the impls of registered targets form a cycle ({cycle})")
         cached = self._impls.get(id(registration))
         if cached is not None and cached[0] is registration:
             impl = cached[1]

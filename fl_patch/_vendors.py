@@ -40,10 +40,15 @@ def detect_platform() -> str:
     return "cpu"
 
 
-def vendor_priority(prefer: Iterable[str], platform: str) -> tuple[str, ...]:
-    """The ordered vendor list: preferred vendors, then the platform, then ``default``."""
+def vendor_priority(prefer: Iterable[str], platform: str, hinted: Iterable[str] = ()) -> tuple[str, ...]:
+    """The ordered vendor list: preferred vendors, hinted platforms, the detected platform, ``default``.
+
+    ``hinted`` comes from a plugin tree's own platform detection (FlagScale's
+    ``get_platform()``, which names vendors fl_patch's detection cannot, such as
+    ``kunlunxin`` when ``XPU=1``).
+    """
     ordered: list[str] = []
-    for vendor in (*prefer, platform, DEFAULT_VENDOR):
+    for vendor in (*prefer, *hinted, platform, DEFAULT_VENDOR):
         vendor = vendor.strip().lower()
         if vendor and vendor not in ordered:
             ordered.append(vendor)

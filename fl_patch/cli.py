@@ -16,11 +16,13 @@ inherits it. See ``fl_patch._launch`` for how the program is run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TextIO
 
 from ._settings import ENV
 
@@ -202,22 +204,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(f"fl_patch {__version__}\n")
         return 0
     _apply_environment(options)
-    if options.command == "list":
-        return _list(options.json)
-    if options.command == "check":
-        return _check(options.json)
+    if options.command in ("list", "check"):
+        with _stdout_for_json_only(options.json) as out:
+            return _list(options.json, out) if options.command == "list" else _check(options.json, out)
     from ._launch import exec_program
 
     return exec_program(options.program, in_process=options.in_process)
 
 
-def _list(as_json: bool) -> int:
+@contextlib.contextmanager
+def _stdout_for_json_only(as_json: bool) -> Iterator[TextIO]:
+    """The stream to write the answer to; with ``--json``, all else that writes to stdout goes to stderr.
+
+    Plugins print while they load (FlagScale's platform registry does), and a C extension may
+    write to file descriptor 1 itself: both are sent to stderr, at the Python and at the
+    descriptor level, so that stdout carries the JSON document and nothing else.
+    """
+    if not as_json:
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    saved_fd = os.dup(1)
+    answer = os.fdopen(os.dup(saved_fd), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield answer
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved_fd, 1)
+        os.close(saved_fd)
+        answer.flush()
+        answer.close()
+
+
+def _list(as_json: bool, out: TextIO) -> int:
     from ._check import list_registrations
     from ._report import format_table
 
     listed = list_registrations()
     if as_json:
-        sys.stdout.write(json.dumps({"registrations": [entry.as_dict() for entry in listed]}, indent=2) + "\n")
+        out.write(json.dumps({"registrations": [entry.as_dict() for entry in listed]}, indent=2) + "\n")
         return 0
     rows = [
         _Row(
@@ -233,8 +260,8 @@ def _list(as_json: bool) -> int:
         for e in listed
     ]
     columns = ("target", "method_key", "vendor", "vendors", "chosen", "impl", "status", "source")
-    sys.stdout.write(format_table(rows, columns) + "\n")  # type: ignore[arg-type]
-    sys.stdout.write(f"{len(listed)} registration(s) for {len({e.target for e in listed})} target(s)\n")
+    out.write(format_table(rows, columns) + "\n")  # type: ignore[arg-type]
+    out.write(f"{len(listed)} registration(s) for {len({e.target for e in listed})} target(s)\n")
     return 0
 
 
@@ -250,15 +277,14 @@ class _Row:
     source: str
 
 
-def _check(as_json: bool) -> int:
+def _check(as_json: bool, out: TextIO) -> int:
     from ._check import check
     from ._report import format_table
 
     report = check()
     if as_json:
-        sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
+        out.write(json.dumps(report.as_dict(), indent=2) + "\n")
         return 1 if report.failed else 0
-    out = sys.stdout
     out.write(f"megatron-core {report.megatron_core or 'not installed'}; vendors here: {', '.join(report.vendors)}\n")
     rows = [
         _CheckRow(

@@ -25,6 +25,16 @@ from fl_patch._runtime import RUNTIME
 
 REPO = Path(__file__).resolve().parents[1]
 SUPPORT = Path(__file__).resolve().parent / "support"
+# tests/support is grouped by feature; each group is a directory on sys.path (pyproject.toml
+# lists the same ones for pytest), so support modules keep short top-level names.
+SUPPORT_GROUPS = ("activation", "plugins", "flagscale", "faults")
+SUPPORT_PATH = [SUPPORT, *(SUPPORT / group for group in SUPPORT_GROUPS)]
+
+
+def support_pythonpath(*first: str | Path) -> str:
+    """``PYTHONPATH`` for a subprocess: ``first``, the repo, then every support directory."""
+    return os.pathsep.join([*map(str, first), str(REPO), *map(str, SUPPORT_PATH)])
+
 
 # Keep subprocesses and this process off the user's own configuration.
 for _name in list(os.environ):
@@ -35,7 +45,7 @@ for _name in list(os.environ):
 def clean_env(**overrides: str) -> dict[str, str]:
     """os.environ without fl_patch variables, with the repo and test support on PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if not (k.startswith("FL_PATCH") or k == "MG_FL_PREFER")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(SUPPORT)])
+    env["PYTHONPATH"] = support_pythonpath()
     env["PYTHONWARNINGS"] = "ignore::UserWarning:megatron,ignore:Transformer Engine and Apex:UserWarning"
     env.update(overrides)
     return env
@@ -47,7 +57,7 @@ TRITON_CPU = REPO / ".cache" / "triton-cpu"
 
 def triton_env(interpret: bool, **extra: str) -> dict[str, str]:
     """clean_env with .cache/triton-cpu first on PYTHONPATH; ``interpret``: TRITON_INTERPRET=1."""
-    env = clean_env(PYTHONPATH=os.pathsep.join([str(TRITON_CPU), str(REPO), str(SUPPORT)]), PYTHONWARNINGS="ignore")
+    env = clean_env(PYTHONPATH=support_pythonpath(TRITON_CPU), PYTHONWARNINGS="ignore")
     env.pop("TRITON_INTERPRET", None)
     if interpret:
         env["TRITON_INTERPRET"] = "1"

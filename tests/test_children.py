@@ -31,7 +31,14 @@ def reports(stdout: str, tag: str = "ACT") -> list[dict]:
 
 def test_spawn_forkserver_and_subprocess_children_are_patched() -> None:
     env = clean_env(FL_PATCH_PACKS="none")
-    args = [sys.executable, "-m", "fl_patch", "--registry", "act_plugin.registry", str(SUPPORT / "act_children.py")]
+    args = [
+        sys.executable,
+        "-m",
+        "fl_patch",
+        "--registry",
+        "act_plugin.registry",
+        str(SUPPORT / "activation" / "act_children.py"),
+    ]
     by_label = {r["label"]: r for r in reports(run(args, env).stdout)}
     assert set(by_label) == {"parent", "spawn", "forkserver", "subprocess"}
     pids = {r["pid"] for r in by_label.values()}
@@ -45,7 +52,7 @@ def test_spawn_forkserver_and_subprocess_children_are_patched() -> None:
 def test_without_the_launcher_no_child_is_patched() -> None:
     """The premise: nothing but the launcher's environment patches these children."""
     env = clean_env(FL_PATCH_PACKS="none", FL_PATCH_REGISTRY="act_plugin.registry")
-    for report in reports(run([sys.executable, str(SUPPORT / "act_children.py")], env).stdout):
+    for report in reports(run([sys.executable, str(SUPPORT / "activation" / "act_children.py")], env).stdout):
         assert not report["installed"] and report["greet"] == "hello x!", report["label"]
 
 
@@ -55,7 +62,14 @@ def test_torchrun_workers_on_real_megatron_each_report_the_patch(tmp_path: Path)
     env = clean_env(FL_PATCH_PACKS="none")
     report_file = tmp_path / "report.jsonl"
     args = [sys.executable, "-m", "fl_patch", "--registry", "act_megatron_registry", "--report-file", str(report_file)]
-    args += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(SUPPORT / "act_torchrun.py")]
+    args += [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(SUPPORT / "activation" / "act_torchrun.py"),
+    ]
     proc = run(args, env, cwd=tmp_path)
     # Every assertion below carries the job's output and exit reports: a failure of a
     # multi-process run must say what each process printed.
@@ -89,7 +103,14 @@ def test_plain_torchrun_with_the_template_on_pythonpath(tmp_path: Path) -> None:
         pytest.skip("torchrun is not installed next to this interpreter")
     env = clean_env(FL_PATCH_PACKS="none", FL_PATCH_REGISTRY="act_plugin.registry")
     env["PYTHONPATH"] = f"{TEMPLATE}:{env['PYTHONPATH']}"
-    args = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(SUPPORT / "act_probe.py"), "worker"]
+    args = [
+        str(TORCHRUN),
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(SUPPORT / "activation" / "act_probe.py"),
+        "worker",
+    ]
     workers = reports(run(args, env, cwd=tmp_path).stdout)
     assert sorted(r["rank"] for r in workers) == ["0", "1"]
     for report in workers:
@@ -98,7 +119,7 @@ def test_plain_torchrun_with_the_template_on_pythonpath(tmp_path: Path) -> None:
 
 def test_children_out_of_reach_are_named_as_they_start() -> None:
     env = clean_env(FL_PATCH_PACKS="none")
-    proc = run([sys.executable, "-m", "fl_patch", str(SUPPORT / "act_launches.py")], env)
+    proc = run([sys.executable, "-m", "fl_patch", str(SUPPORT / "activation" / "act_launches.py")], env)
     children = dict(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("CHILD"))
     assert children == {
         "inherits": "True",
@@ -116,7 +137,7 @@ def test_children_out_of_reach_are_named_as_they_start() -> None:
     assert "sets MG_FL_PREFER differently" in by_child["other-vendor"]
     assert "started with -E" in by_child["shell-E"]
     # Each warning points at the program's line that started the child.
-    assert all(w.startswith(str(SUPPORT / "act_launches.py")) for w in warnings)
+    assert all(w.startswith(str(SUPPORT / "activation" / "act_launches.py")) for w in warnings)
 
 
 @pytest.mark.parametrize(
@@ -154,9 +175,9 @@ def test_flags_matter_only_when_activation_comes_through_pythonpath(
 def test_a_spawn_child_whose_environment_lost_the_bootstrap_is_named() -> None:
     """multiprocessing's spawn start method reaches the launch functions fl_patch watches."""
     env = clean_env(FL_PATCH_PACKS="none")
-    proc = run([sys.executable, "-m", "fl_patch", str(SUPPORT / "act_spawn_without_bootstrap.py")], env)
+    proc = run([sys.executable, "-m", "fl_patch", str(SUPPORT / "activation" / "act_spawn_without_bootstrap.py")], env)
     assert "CHILD spawn False" in proc.stdout  # the child really runs without fl_patch
     warnings = [line for line in proc.stderr.splitlines() if "FlPatchWarning" in line]
     assert len(warnings) == 1, proc.stderr
     assert "no fl_patch bootstrap directory on PYTHONPATH" in warnings[0]
-    assert warnings[0].startswith(f"{SUPPORT / 'act_spawn_without_bootstrap.py'}:")
+    assert warnings[0].startswith(f"{SUPPORT / 'activation' / 'act_spawn_without_bootstrap.py'}:")

@@ -1,7 +1,7 @@
 """``python -m fl_patch`` / ``fl-patch``: a program runs exactly as ``python`` would run it, patched.
 
 Every test starts real interpreters and compares what the program sees when run
-directly and through the launcher. The programs are tiny (``tests/support/act_*``),
+directly and through the launcher. The programs are tiny (``tests/support/activation/act_*``),
 so most processes here never import torch or megatron.
 """
 
@@ -19,8 +19,8 @@ from fl_patch._launch import interpreter_options
 
 from .conftest import REPO, SUPPORT, clean_env
 
-ARGV_PROGRAM = str(SUPPORT / "act_argv.py")
-PROBE = str(SUPPORT / "act_probe.py")
+ARGV_PROGRAM = str(SUPPORT / "activation" / "act_argv.py")
+PROBE = str(SUPPORT / "activation" / "act_probe.py")
 CONSOLE_SCRIPT = Path(sys.executable).with_name("fl-patch")
 
 
@@ -85,7 +85,7 @@ def test_in_process_mode_hides_the_launcher_in_tracebacks(tmp_path: Path) -> Non
     assert launched.returncode == 1
     data = tagged(launched.stdout, "ARGV")
     assert data["argv"] == [ARGV_PROGRAM, "--raise", "x"] and data["name"] == "__main__"
-    assert data["path0"] == str(SUPPORT)
+    assert data["path0"] == str(SUPPORT / "activation")
     assert launched.stderr.startswith("Traceback (most recent call last):\n")
     assert "ValueError: the program failed" in launched.stderr
     # No frame of the launcher (files of the fl_patch package) or of runpy; the clone itself
@@ -114,7 +114,7 @@ def test_a_registry_next_to_the_script_is_found(tmp_path: Path) -> None:
     )
     (tmp_path / "my_impls.py").write_text("def greet(name, punctuation='!'):\n    return 'mine ' + name\n")
     script = tmp_path / "train.py"
-    script.write_text((SUPPORT / "act_probe.py").read_text())
+    script.write_text((SUPPORT / "activation" / "act_probe.py").read_text())
     env = clean_env(FL_PATCH_PACKS="none")
     proc = run([sys.executable, "-m", "fl_patch", "--strict", "--registry", "my_registry", str(script)], env=env)
     assert proc.returncode == 0, proc.stderr

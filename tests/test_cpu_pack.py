@@ -757,13 +757,13 @@ def test_pack_is_chosen_without_an_accelerator_and_its_registry_imports_nothing(
 
 def test_another_megatron_core_release_gets_one_clear_warning(run_python, tmp_path: Path) -> None:
     """A megatron-core the pack was not verified on: it still applies, and says so once."""
-    from .conftest import REPO, SUPPORT
+    from .conftest import support_pythonpath
 
     dist_info = tmp_path / "megatron_core-0.99.0.dist-info"
     dist_info.mkdir()
     (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: megatron-core\nVersion: 0.99.0\n")
     (dist_info / "RECORD").write_text("")
-    pythonpath = os.pathsep.join([str(tmp_path), str(REPO), str(SUPPORT)])
+    pythonpath = support_pythonpath(tmp_path)
     result, stderr = _probe(run_python, PYTHONPATH=pythonpath)
     assert result["view"] == "CpuTorchView"
     warnings_seen = [line for line in stderr.splitlines() if "is not a release it was verified on" in line]

@@ -3,7 +3,7 @@
 ``examples/flagscale_plugin`` holds ``megatron/plugin/override_registry.py`` (which does
 ``from megatron.plugin.decorators import register``) and its impls; nothing in it
 imports fl_patch. Each test runs a real megatron-core training loop on CPU (gloo)
-with ``tests/support/fs_train.py`` and checks that each override ran inside it.
+with ``tests/support/flagscale/fs_train.py`` and checks that each override ran inside it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from .conftest import REPO, clean_env
 
 TREE = REPO / "examples" / "flagscale_plugin"
-SCRIPT = REPO / "tests" / "support" / "fs_train.py"
+SCRIPT = REPO / "tests" / "support" / "flagscale" / "fs_train.py"
 STEPS = 6
 
 

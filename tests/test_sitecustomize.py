@@ -16,7 +16,7 @@ import pytest
 from .conftest import REPO, SUPPORT, clean_env
 
 TEMPLATE = REPO / "sitecustomize_template"
-PROBE = str(SUPPORT / "act_probe.py")
+PROBE = str(SUPPORT / "activation" / "act_probe.py")
 
 
 def env_with(*front: Path | str, **variables: str) -> dict[str, str]:
