@@ -118,6 +118,22 @@ def test_vendor_switch_changes_which_impl_runs(run_python, tmp_path) -> None:
     assert musa["steps"][1]["grad_norm"] == pytest.approx(default["steps"][1]["grad_norm"], rel=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_plugin_trains_without_a_grad_scaler(run_python, tmp_path, precision: str) -> None:
+    # fp32 and bf16 without loss scaling have no found_inf tensor: the plugin's
+    # has_grad_norm_group must not look for one (it did: AttributeError on the first step).
+    (rank,) = _run(run_python, tmp_path / precision, "--precision", precision, env=_env(tree=True))
+    assert rank["grad_norm_impl"] == "megatron.plugin.optimizer.clip_grads"
+    assert {s["has_grad_norm_group_impl"] for s in rank["steps"]} == {"megatron.plugin.optimizer.optimizer"}
+    assert not any(s["found_inf"] for s in rank["steps"])
+    # Every step taken with a learning rate above zero updated the parameters ("lr" is recorded
+    # after the scheduler stepped: the rate the next step uses).
+    in_effect = [None, *(s["lr"] for s in rank["steps"][:-1])]
+    updated = [not s["params_unchanged"] for s, lr in zip(rank["steps"], in_effect, strict=True) if lr]
+    assert updated and all(updated)
+
+
 def test_list_shows_the_tree_without_importing_megatron(run_python) -> None:
     proc = run_python("-m", "fl_patch", "--list", "--json", env=_env(tree=True))
     records = json.loads(proc.stdout)

@@ -44,7 +44,10 @@ def main() -> None:
     p.add_argument("--groups", choices=("one", "two"), default="one")
     p.add_argument("--inject-inf-step", type=int, default=-1)
     p.add_argument("--out", required=True)
+    p.add_argument("--precision", choices=("fp16", "bf16", "fp32"), default="fp16")
     args = p.parse_args()
+    fp16, bf16 = args.precision == "fp16", args.precision == "bf16"
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.precision]
 
     if "RANK" in os.environ:
         dist.init_process_group("gloo")
@@ -59,9 +62,10 @@ def main() -> None:
         hidden_size=32,
         num_attention_heads=4,
         use_cpu_initialization=True,
-        fp16=True,
-        params_dtype=torch.float16,
-        pipeline_dtype=torch.float16,
+        fp16=fp16,
+        bf16=bf16,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
         hidden_dropout=0.0,
         attention_dropout=0.0,
         bias_activation_fusion=False,
@@ -78,7 +82,7 @@ def main() -> None:
     )
     model = DistributedDataParallel(
         config=config,
-        module=Float16Module(config, gpt),
+        module=Float16Module(config, gpt) if fp16 or bf16 else gpt,
         ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True),
     )
     optimizer = get_megatron_optimizer(
@@ -86,10 +90,11 @@ def main() -> None:
             optimizer="adam",
             lr=1e-2,
             min_lr=1e-4,
-            fp16=True,
-            params_dtype=torch.float16,
+            fp16=fp16,
+            bf16=bf16,
+            params_dtype=dtype,
             clip_grad=1e9,
-            initial_loss_scale=2.0**10,
+            initial_loss_scale=2.0**10 if fp16 else None,
             hysteresis=1,
         ),
         [model],
@@ -168,6 +173,7 @@ def main() -> None:
                 "local_sq": local_sq,
                 "lr": optimizer.param_groups[0]["lr"],
                 "loss_scale": float(inner.get_loss_scale()),
+                "has_grad_norm_group_impl": type(inner).has_grad_norm_group.__module__,
             }
         )
     plugin_calls = {}
@@ -186,7 +192,9 @@ def main() -> None:
             next(c for c in type(scheduler).__mro__ if c.__module__ == "megatron.core.optimizer_param_scheduler"),
         ),
         "grad_norm_impl": sys.modules["megatron.core.optimizer.optimizer"].get_grad_norm_fp32.__module__,
-        "unscale_impl": type(inner)._unscale_main_grads_and_check_for_nan.__module__,
+        "unscale_impl": getattr(
+            getattr(type(inner), "_unscale_main_grads_and_check_for_nan", None), "__module__", None
+        ),
     }
     with open(f"{args.out}.rank{rank}.json", "w") as fh:
         json.dump(result, fh)

@@ -43,7 +43,10 @@ def has_grad_norm_group(self, grad_norm_group):
             and _get_param_grad_norm_group(param) == grad_norm_group
             for param in self.get_parameters()
         )
-        flag = torch.tensor([1 if local else 0], dtype=torch.int, device=self.found_inf.device)
+        # On the parameters' device: found_inf exists only with a grad scaler (not in fp32, nor
+        # in bf16 without loss scaling), and upstream's hard-coded "cuda" is wrong off NVIDIA.
+        device = next(iter(self.get_parameters()), torch.empty(0)).device
+        flag = torch.tensor([1 if local else 0], dtype=torch.int, device=device)
         groups = self.get_grad_stats_parallel_group()
         if not isinstance(groups, list):
             groups = [groups]
