@@ -30,13 +30,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+# megatron-core says as it imports what it falls back to without Transformer Engine, Apex and
+# absl, which is expected on a CPU, and logs notes on its mock dataset's cache and deprecated
+# classes: about 25 lines before the first step. --verbose shows them.
+if "--verbose" not in sys.argv:
+    for noise in (r".* not installed", r"full scope is deprecated", r"MimoModelConfig is experimental"):
+        warnings.filterwarnings("ignore", message=noise, category=UserWarning)
+    logging.getLogger("megatron.core").setLevel(logging.ERROR)
 
 import torch
 import torch.distributed as dist
@@ -88,6 +98,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     out = p.add_argument_group("output")
     out.add_argument("--log-file", type=Path, help="write one JSON line per step here (rank 0)")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
+    out.add_argument("--verbose", action="store_true", help="show megatron-core's import-time notes too")
     return p.parse_args(argv)
 
 
