@@ -22,9 +22,12 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ._settings import ENV
+
+if TYPE_CHECKING:
+    from ._check import Listed
 
 __all__ = ["main"]
 
@@ -240,41 +243,35 @@ def _stdout_for_json_only(as_json: bool) -> Iterator[TextIO]:
 
 def _list(as_json: bool, out: TextIO) -> int:
     from ._check import list_registrations
-    from ._report import format_table
 
     listed = list_registrations()
     if as_json:
         out.write(json.dumps({"registrations": [entry.as_dict() for entry in listed]}, indent=2) + "\n")
         return 0
-    rows = [
-        _Row(
-            target=e.target,
-            method_key=e.method_key,
-            vendor=e.vendor,
-            vendors=",".join(e.vendors),
-            chosen=e.chosen_vendor or "-",
-            impl=e.impl,
-            status=e.status,
-            source=e.source,
-        )
-        for e in listed
-    ]
-    columns = ("target", "method_key", "vendor", "vendors", "chosen", "impl", "status", "source")
-    out.write(format_table(rows, columns) + "\n")  # type: ignore[arg-type]
-    out.write(f"{len(listed)} registration(s) for {len({e.target for e in listed})} target(s)\n")
+    out.write(_listing(listed))
     return 0
 
 
-@dataclass
-class _Row:
-    target: str
-    method_key: str
-    vendor: str
-    vendors: str
-    chosen: str
-    impl: str
-    status: str
-    source: str
+def _listing(listed: list[Listed]) -> str:
+    """Each target on a line of its own, then one indented line per vendor registered for it.
+
+    Targets and impls are long dotted paths: one row per registration with every field
+    made lines of 300 columns. ``*`` marks the vendor that runs (or would run) here.
+    """
+    vendor_width = max((len(e.vendor) for e in listed), default=0)
+    status_width = max((len(e.status) for e in listed), default=0)
+    lines: list[str] = []
+    previous = None
+    for e in listed:
+        if e.target != previous:
+            lines.append(e.target)
+            previous = e.target
+        mark = "*" if e.vendor == e.chosen_vendor else " "
+        source = "" if e.source.startswith("fl_patch.impls.") else f"  (from {e.source})"  # a pack's is its impl's
+        lines.append(f"  {mark} {e.vendor:<{vendor_width}}  {e.status:<{status_width}}  {e.impl}{source}")
+    targets = len({e.target for e in listed})
+    lines.append(f"{len(listed)} registration(s) for {targets} target(s); * marks the vendor chosen on this machine")
+    return "\n".join(lines) + "\n"
 
 
 def _check(as_json: bool, out: TextIO) -> int:

@@ -140,14 +140,16 @@ def test_list_shows_every_registration_without_importing_megatron() -> None:
         text=True,
         timeout=120,
     ).stdout
-    assert text.splitlines()[0].split() == [
-        "target",
-        "method_key",
-        "vendor",
-        "vendors",
-        "chosen",
-        "impl",
-        "status",
-        "source",
+    # One line per target, then one per vendor: the chosen one starred, its status, impl and source.
+    lines = text.splitlines()
+    at = lines.index("act_target.mod.greet")
+    assert lines[at + 1].split() == [
+        "*",
+        "default",
+        "waiting",
+        "act_check_impls.greet_ok",
+        "(from",
+        "act_check_registry_ok)",
     ]
     assert "3 registration(s) for 3 target(s)" in text
+    assert max(len(line) for line in lines) < 120
