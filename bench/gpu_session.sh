@@ -79,6 +79,11 @@ for s in $STAGES; do
       stage e2e13_mbs2_triton env "${warm[@]}" FL_GEMS_BACKEND=attention=triton timeout 120 "${gpt[@]}" --preset llama131 --mbs 2 \
         --out "$E2E/llama131_mbs2_pack_triton_attention.json"
       ;;
+    e2e13_pack)  # the stand-in with the pack only, micro-batch 1 and 2 (upstream's step does not change with the pack)
+      fits 60 e2e13_pack || continue
+      stage e2e13_pack_mbs1 env "${warm[@]}" timeout 90 "${gpt[@]}" --preset llama131 --out "$E2E/llama131_mbs1_pack.json"
+      stage e2e13_pack_mbs2 env "${warm[@]}" timeout 90 "${gpt[@]}" --preset llama131 --mbs 2 --out "$E2E/llama131_mbs2_pack.json"
+      ;;
     tests)
       stage tests env GEMS_CURVE_OUT="$OUT/curves.json" timeout ${GEMS_TEST_TIMEOUT:-200} python3 -m pytest tests/test_flaggems_gpu.py \
         -v --tb=short -rfE -p no:cacheprovider --junitxml="$OUT/tests.xml" \
