@@ -7,14 +7,11 @@ the current figures and the command). cuDNN's kernels use Hopper's asynchronous 
 engine and warp-specialized matrix instructions, which the Triton kernel does not.
 
 How: q [sq, b, hq, d], k and v [sk, b, hkv, d] (megatron's layout, strided slices of
-the fused QKV projection) are copied to contiguous [b, heads, s, d] and handed to SDPA
-restricted to the cuDNN backend: on megatron's strided layout, as views, cuDNN ran
-about a quarter slower than on contiguous tensors, more than the copies cost
-(docs/gpu_pack.md). GQA: SDPA's
+the fused QKV projection) are handed to SDPA as [b, heads, s, d] *views* (no copy;
+cuDNN reads strides), with SDPA restricted to the cuDNN backend. GQA: SDPA's
 ``enable_gqa`` where the installed torch lets cuDNN take it, else K/V repeated per
 query head (autograd sums their gradients back); which one is learned at the first GQA
-call. The output comes back as [b, hq, sq, d]; the caller's reshape to [sq, b, hq * d]
-copies it into the layout the output projection reads.
+call. The output comes back in q's memory order, so [sq, b, hq, d] is a view.
 ``unsupported(...)`` says which calls cuDNN cannot take (CPU tensors, fp32, head dims
 that are not multiples of 8 or above 128, torch without cuDNN); those run the pack's
 Triton kernel (``ops.flash_attention``), said once. A call SDPA itself rejects ("No
@@ -70,9 +67,7 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale
 def cudnn_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
     """Attention of q [sq, b, hq, d] over k, v [sk, b, hkv, d] on cuDNN; [sq, b, hq, d] out. Raises Unsupported."""
     global _gqa_native
-    # contiguous [b, heads, s, d]: cuDNN ran 1.06 ms on that layout against 1.31 ms on megatron's strided
-    # [s, b, heads, d] views at [4096, 2, 16/8 heads, 128] (H200); the copies cost ~0.1 ms each way
-    qt, kt, vt = (t.permute(1, 2, 0, 3).contiguous() for t in (q, k, v))
+    qt, kt, vt = (t.permute(1, 2, 0, 3) for t in (q, k, v))
     group = q.shape[2] // k.shape[2]
     try:
         if group > 1 and _gqa_native is not False:
