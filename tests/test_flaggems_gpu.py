@@ -572,3 +572,24 @@ def test_vocab_parallel_cross_entropy_kernels_on_one_rank(megatron_parallel, dty
     assert results[0][0].dtype == torch.float32
     for i, (a, b) in enumerate(zip(*results, strict=True)):
         _close(a, b, dtype, f"vocab-parallel cross entropy tensor {i}")
+
+
+def test_lean_launch_follows_a_grid_no_argument_carries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RoPE's grid has a program row per position and no kernel argument holds the sequence length: two
+    lengths share an argument signature. Each call must launch its own grid (the lean path once reused
+    the first call's, reading past the shorter sequence: an illegal memory access on the H200)."""
+    from fl_patch.impls.flaggems import ops
+
+    def rotate(seq: int) -> torch.Tensor:
+        gen = torch.Generator(device="cuda").manual_seed(seq)
+        t = torch.randn(seq, 4, 16, 128, device="cuda", generator=gen).to(torch.bfloat16)
+        freqs = torch.randn(seq, 1, 1, 128, device="cuda", generator=gen)
+        return ops.rotary(t, freqs, 1.0, False)
+
+    monkeypatch.setenv("FL_GEMS_LEAN_LAUNCH", "0")
+    want = {seq: rotate(seq) for seq in (64, 8, 200)}
+    monkeypatch.setenv("FL_GEMS_LEAN_LAUNCH", "1")
+    for seq in (64, 64, 8, 200, 8):
+        got = rotate(seq)
+        torch.cuda.synchronize()
+        assert torch.equal(got, want[seq]), seq

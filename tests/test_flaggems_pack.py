@@ -231,3 +231,82 @@ def test_megatron_optimizer_steps_with_and_without_the_pack(run_python) -> None:
         # fp32 main parameters either way: the updates differ by rounding only
         assert ours["losses"] == pytest.approx(theirs["losses"], rel=1e-5)
         assert ours["param_sums"] == pytest.approx(theirs["param_sums"], rel=1e-4, abs=1e-3)
+
+
+# ---------------------------------------------------------------------------------- lean launch path
+class _Param:
+    def __init__(self, name: str) -> None:
+        import inspect
+
+        self.name, self.default = name, inspect.Parameter.empty
+
+
+class _Compiled:
+    """What the lean path reads of a triton CompiledKernel; records its launches."""
+
+    packed_metadata, function = "packed", "function"
+
+    def __init__(self, launches: list) -> None:
+        self.launches = launches
+
+    def run(self, g0, g1, g2, stream, function, packed, metadata, enter, exit_, *args) -> None:
+        self.launches.append(("lean", (g0, g1, g2), stream, (metadata, enter, exit_), args))
+
+
+class _Kernel:
+    """A JIT kernel with parameters X, N (runtime) and BLOCK (constexpr); ``kernel[grid](...)`` records a launch."""
+
+    params = [_Param("X"), _Param("N"), _Param("BLOCK")]
+
+    def __init__(self) -> None:
+        self.launches: list = []
+
+    def __getitem__(self, grid: tuple):
+        def call(*args: object, **kwargs: object) -> _Compiled:
+            self.launches.append(("triton", tuple(grid), kwargs))
+            return _Compiled(self.launches)
+
+        return call
+
+
+def test_lean_launch_keys_on_the_arguments_and_takes_each_call_s_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch path's logic on CPU with stand-in kernels (the GPU tests run it on real ones): a repeated
+    signature goes to the compiled kernel's launcher with no hooks, the trailing constexprs appended and
+    the grid of *this* call (a grid can depend on a size no argument carries: RoPE's sequence length);
+    another alignment or integer goes through triton again."""
+    from types import SimpleNamespace
+
+    from fl_patch.impls.flaggems import kernels
+
+    monkeypatch.setattr(kernels, "lean_launch_enabled", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    knobs = SimpleNamespace(runtime=SimpleNamespace(launch_enter_hook=SimpleNamespace(calls=[]), launch_exit_hook=None))
+    monkeypatch.setattr(kernels, "_TRITON", [knobs, SimpleNamespace(get_current_stream=lambda device: 77)])
+    monkeypatch.setattr(kernels, "_LEAN", {})
+    kernel = _Kernel()
+    x = torch.zeros(64)
+    rows = {"n": 16}
+    grid = lambda meta: (rows["n"] // meta["BLOCK"],)  # noqa: E731  (rows: no kernel argument)
+    default = {"BLOCK": 4, "num_warps": 4}
+    before = dict(kernels.LEAN_STATS)
+    assert kernels.launch(kernel, None, grid, default, x, 8) == default
+    kernels.launch(kernel, None, grid, default, x, 8)
+    rows["n"] = 64
+    kernels.launch(kernel, None, grid, default, x, 8)
+    kernels.launch(kernel, None, grid, default, x[1:], 8)  # 4-byte aligned: another specialization
+    kernels.launch(kernel, None, grid, default, x, 9)  # another integer
+    kinds = [(entry[0], entry[1]) for entry in kernel.launches]
+    assert kinds == [("triton", (4,)), ("lean", (4, 1, 1)), ("lean", (16, 1, 1)), ("triton", (16,)), ("triton", (16,))]
+    _, _, stream, hooks, args = kernel.launches[1]
+    assert stream == 77 and hooks == (None, None, None) and args == (x, 8, 4)  # X, N, then BLOCK
+    assert kernel.launches[0][2] == {"BLOCK": 4, "num_warps": 4}
+    # run(): an explicit grid, constexprs and options in the keywords
+    kernels.run(kernel, (3,), x, 5, BLOCK=32, num_warps=8)
+    kernels.run(kernel, (6, 2), x, 5, BLOCK=32, num_warps=8)
+    assert [(e[0], e[1]) for e in kernel.launches[5:]] == [("triton", (3,)), ("lean", (6, 2, 1))]
+    assert kernel.launches[6][4] == (x, 5, 32)
+    # a profiler's hook installed: triton's own path (it calls the hooks)
+    knobs.runtime.launch_enter_hook.calls.append(print)
+    kernels.launch(kernel, None, grid, default, x, 8)
+    assert kernel.launches[-1][0] == "triton"
+    assert {k: kernels.LEAN_STATS[k] - before[k] for k in before} == {"lean": 3, "triton": 5}

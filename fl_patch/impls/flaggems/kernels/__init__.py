@@ -107,10 +107,17 @@ def _jit(kernel: object) -> object:
     return kernel
 
 
-def _remember(
-    site: tuple, compiled: object, grid: tuple[int, ...], kernel: object, nargs: int, constexprs: dict, meta: dict
-) -> None:
-    """Keep what a repeated launch needs: the compiled kernel, the grid, the values of the trailing constexprs."""
+def _grid3(grid: tuple[int, ...]) -> tuple[int, int, int]:
+    return (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+
+
+def _remember(site: tuple, compiled: object, kernel: object, nargs: int, constexprs: dict, meta: dict) -> None:
+    """Keep what a repeated launch needs: the compiled kernel and the values of the trailing constexprs.
+
+    Not the grid: a grid can depend on sizes that are no kernel argument (RoPE's grid has one
+    program row per position, and the sequence length is passed to no kernel), so every
+    launch computes its own from the call's grid function and the kept constexprs.
+    """
     if compiled is None or not hasattr(compiled, "packed_metadata"):
         return
     tail = []
@@ -121,10 +128,9 @@ def _remember(
             tail.append(param.default)
         else:
             return  # an argument this call did not give: leave it to triton
-    grid3 = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
     if len(_LEAN) > 4096:
         _LEAN.clear()
-    _LEAN[site] = (compiled, grid3, tuple(tail), meta)
+    _LEAN[site] = (compiled, tuple(tail), meta, constexprs)
 
 
 _TRITON: list = []  # (triton.knobs, the active driver), bound at the first lean launch
@@ -138,7 +144,7 @@ def _hooks_wanted(knobs: object) -> bool:
     return False
 
 
-def _run_lean(entry: tuple, args: tuple) -> bool:
+def _run_lean(entry: tuple, args: tuple, grid: tuple[int, int, int]) -> bool:
     if not _TRITON:
         from triton import knobs
         from triton.runtime.driver import driver
@@ -147,10 +153,10 @@ def _run_lean(entry: tuple, args: tuple) -> bool:
     knobs, active = _TRITON
     if _hooks_wanted(knobs):
         return False  # a profiler's hooks: triton's own path calls them
-    compiled, (g0, g1, g2), tail, _ = entry
+    compiled, tail = entry[0], entry[1]
     stream = active.get_current_stream(torch.cuda.current_device())
     # no hooks: the launcher skips them (None), and no launch metadata is built
-    compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *tail)
+    compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *tail)
     return True
 
 
@@ -158,16 +164,16 @@ def run(kernel: object, grid: tuple[int, ...], *args: object, **kwargs: object) 
     """``kernel[grid](*args, **kwargs)`` (constexprs and ``num_warps`` in ``kwargs``), lean when repeated."""
     lean = lean_launch_enabled()
     if lean:
-        site = (id(kernel), grid, torch.cuda.current_device(), _signature(args, kwargs))
+        site = (id(kernel), torch.cuda.current_device(), _signature(args, kwargs))
         entry = _LEAN.get(site)
-        if entry is not None and _run_lean(entry, args):
+        if entry is not None and _run_lean(entry, args, _grid3(grid)):
             LEAN_STATS["lean"] += 1
             return
     LEAN_STATS["triton"] += 1
     compiled = kernel[grid](*args, **kwargs)
     if lean:
         constexprs = {k: v for k, v in kwargs.items() if k not in _OPTIONS}
-        _remember(site, compiled, grid, kernel, len(args), constexprs, {})
+        _remember(site, compiled, kernel, len(args), constexprs, {})
 
 
 def launch(
@@ -183,16 +189,17 @@ def launch(
     ``default`` holds the constexpr meta-parameters plus ``num_warps``/``num_stages``:
     the config of the fixed path, also the first of every autotune list. ``tuned`` None:
     always the fixed config. Autotune results persist on disk (``TUNE_STORE``); a
-    repeated call at the same argument signature launches the compiled kernel directly.
+    repeated call at the same argument signature launches the compiled kernel directly
+    (the grid is computed again for every call).
     """
     tune = tuned is not None and autotune_enabled()
     lean = lean_launch_enabled()
     if lean:
         site = (id(tuned) if tune else id(kernel), tune, torch.cuda.current_device(), _signature(args, kwargs))
         entry = _LEAN.get(site)
-        if entry is not None and _run_lean(entry, args):
+        if entry is not None and _run_lean(entry, args, _grid3(grid(entry[3]))):
             LEAN_STATS["lean"] += 1
-            return entry[3]
+            return entry[2]
     LEAN_STATS["triton"] += 1
     if tune:
         TUNE_STORE.load(tuned)
@@ -207,7 +214,7 @@ def launch(
         meta = default
     if lean:
         constexprs = {k: v for k, v in {**kwargs, **meta}.items() if k not in _OPTIONS}
-        _remember(site, compiled, grid(constexprs), kernel, len(args), constexprs, meta)
+        _remember(site, compiled, kernel, len(args), constexprs, meta)
     return meta
 
 
