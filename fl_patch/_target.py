@@ -264,25 +264,30 @@ class Target:
         if cycle is not None:
             raise ImplCycle(f"the impls of registered targets form a cycle ({cycle})")
         cached = self._impls.get(id(registration))
-        if cached is not None and cached[0] is registration:
-            impl = cached[1]
-            if not _stale_subclass(impl, current, registration):
-                return impl
-            # The target module was reloaded: the impl subclasses the previous class object.
-            # Re-import the impl module, so that it subclasses the current one.
+        if cached is not None and cached[0] is registration and not _stale_subclass(cached[1], current, registration):
+            return cached[1]
+        impl = self._import_impl(registration)
+        if _stale_subclass(impl, current, registration):
+            # The target module was reloaded since the impl module was imported: the impl
+            # subclasses the previous class object. Re-import the impl module, so that it
+            # subclasses the current one.
             impl_module = sys.modules.get(impl.__module__)  # type: ignore[attr-defined]
             if impl_module is not None:
                 importlib.reload(impl_module)
+            impl = self._import_impl(registration)
+        self._impls[id(registration)] = (registration, impl)
+        return impl
+
+    @staticmethod
+    def _import_impl(registration: Registration) -> object:
         try:
-            impl = load_impl(registration.impl)
+            return load_impl(registration.impl)
         except Exception:
             if _impl_module_initializing(registration):
                 # It imported this target's module at its top (while loading the impl of another
                 # target): its names are not all defined yet. Not broken: try once it has loaded.
                 raise ImplStillLoading(f"its impl module is still loading ({registration.impl_name})") from None
             raise
-        self._impls[id(registration)] = (registration, impl)
-        return impl
 
     # ------------------------------------------------------------------ outcome
     def _applied(self, patch: AppliedPatch, registration: Registration, late: bool, detail: str) -> None:

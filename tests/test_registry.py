@@ -53,9 +53,13 @@ def test_impl_object_is_described_by_its_qualified_name(engine) -> None:
     assert registration.impl_name.endswith("test_impl_object_is_described_by_its_qualified_name.<locals>.my_norm")
 
 
-def test_vendor_priority_selects_and_others_report_the_choice(engine, monkeypatch) -> None:
-    fl_patch.register(TARGET, "impl.default_version")
-    fl_patch.register(TARGET, "impl.musa_version", vendor="MUSA")
+def _musa_norm(grads_for_norm, norm_type=2, grad_stats_parallel_group=None):
+    return 0.0
+
+
+def test_vendor_priority_selects_and_others_report_the_choice(megatron_core, engine, monkeypatch) -> None:
+    fl_patch.register(TARGET, "fltest_plugin.impls.get_grad_norm_fp32")
+    fl_patch.register(TARGET, _musa_norm, vendor="MUSA")
     monkeypatch.setenv("MG_FL_PREFER", "musa")
     fl_patch.install()
     records = {r.vendor: r for r in fl_patch.report()}
@@ -69,6 +73,24 @@ def test_vendor_priority_selects_and_others_report_the_choice(engine, monkeypatc
     records = {r.vendor: r for r in fl_patch.report()}
     assert records["default"].chosen_vendor == "default"
     assert records["musa"].status is Status.OTHER_VENDOR
+
+
+def test_a_preferred_vendor_whose_impl_cannot_load_falls_back_to_the_next(megatron_core, engine, monkeypatch) -> None:
+    from megatron.core.optimizer import clip_grads
+
+    fl_patch.register(TARGET, "fltest_plugin.impls.get_grad_norm_fp32")
+    fl_patch.register(TARGET, "fltest_broken.import_error.impl", vendor="musa")
+    monkeypatch.setenv("MG_FL_PREFER", "musa")
+    with pytest.warns(fl_patch.FlPatchWarning, match=r"fltest_no_such_dependency.*trying vendor 'default'") as said:
+        fl_patch.install()
+    assert len([w for w in said if issubclass(w.category, fl_patch.FlPatchWarning)]) == 1
+    assert clip_grads.get_grad_norm_fp32.__module__ == "fltest_plugin.impls"
+    records = {r.vendor: r for r in fl_patch.report()}
+    assert records["musa"].status is Status.IMPL_FAILED and records["musa"].chosen_vendor == "default"
+    assert records["default"].status is Status.APPLIED
+    assert "vendor 'musa' failed (ModuleNotFoundError" in records["default"].detail
+    fl_patch.uninstall()
+    assert clip_grads.get_grad_norm_fp32.__module__ == "megatron.core.optimizer.clip_grads"
 
 
 def test_no_impl_for_the_chosen_vendors_leaves_the_target_upstream(engine, monkeypatch) -> None:
