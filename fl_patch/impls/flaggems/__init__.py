@@ -18,11 +18,13 @@ RMSNorm/LayerNorm  ``transformer.torch_norm.WrappedTorchNorm``                  
 SwiGLU             ``transformer.mlp.MLP.forward``,                              ``mlp``
                    ``fusions.fused_bias_swiglu.bias_swiglu_impl``
 RoPE               ``models.common.embeddings.rope_utils.apply_rotary_pos_emb``  ``rope``
-core attention     ``transformer.dot_product_attention.DotProductAttention       ``attention``
-                   .forward``
+core attention     ``transformer.dot_product_attention.DotProductAttention       ``attention``,
+                   .forward``                                                   ``sdpa``
 masked softmax     ``fusions.fused_softmax.FusedScaleMaskSoftmax.forward``       ``softmax``
 cross entropy      ``tensor_parallel.cross_entropy.vocab_parallel_cross_entropy``,  ``cross_entropy``
                    ``fusions.fused_cross_entropy.fused_vocab_parallel_cross_entropy``
+optimizer step     ``optimizer.USING_PYTORCH_OPTIMIZER``, ``optimizer.Adam``,     ``optimizer``
+(no Apex/TE)       ``utils.local_multi_tensor_l2_norm``, ``..._scale``
 =================  ==========================================================  =============
 
 GEMMs stay on cuBLAS through torch: no Triton GEMM (FlagGems' ``mm`` included) was
@@ -32,8 +34,10 @@ Kernels: ``kernels/`` holds this project's Triton kernels; ``gems.py`` wraps
 FlagGems 5.0.2's RMSNorm, LayerNorm and SwiGLU (working around their known
 defects), and ``ops.py`` picks one per op (``_runtime.DEFAULT_BACKEND``, overridden
 by ``FL_GEMS_BACKEND="rms_norm=flaggems,..."``). Measured on an H200, this project's
-kernel was correct and faster for every op, so it is the default everywhere;
-FlagGems' attention (always-causal backward, a crash at the training shape) and
+kernel was correct and faster than FlagGems' for every op, so it is the default, except
+core attention, where cuDNN's fused attention through torch SDPA (``sdpa.py``) was faster
+than this project's Triton kernel and is the default (the Triton kernel takes what cuDNN
+does not); FlagGems' attention (always-causal backward, a crash at the training shape) and
 cross entropy (bf16 loss, off-vocabulary semantics, a crash on strided rows) are not
 offered; FlagGems has no training RoPE or masked softmax (docs/gpu_pack.md).
 
