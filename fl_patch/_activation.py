@@ -65,7 +65,7 @@ def _configure(settings: Settings) -> None:
     if not RUNTIME.flagscale_configured:  # once: both read the settings when they run
         RUNTIME.flagscale_configured = True
         engine.on_load(_flagscale.DECORATORS, _join_flagscale_tree)
-        engine.add_platform_hint(_flagscale_platform)
+        engine.vendor_choice.add_hint(_flagscale_platform)
     if settings.report_at_exit:
         from . import _exit_report  # only in report mode: a normal run pays nothing
 

@@ -13,15 +13,24 @@ Only functions, classes and whole modules are looked for: they are unique object
 so identity means "this name refers to the replaced thing". A constant or the name
 ``torch`` is never swept (``1`` or the torch module are shared by everyone).
 Values are compared by identity, so ``from a import f as g`` is found too.
+
+The other direction is recorded as modules load (``NameBindings.record_later``): a module
+imported after a patch that bound the impl under the target's own name (``from
+.clip_grads import get_grad_norm_fp32``), so that ``uninstall()`` puts back exactly those
+names, and no name fl_patch never touched.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import types
+import weakref
 from collections.abc import Iterable, Mapping
 
-__all__ = ["AliasBinding", "modules_since", "rebind_aliases", "sweepable"]
+from ._apply import AppliedPatch, binding
+
+__all__ = ["AliasBinding", "NameBindings", "modules_since", "rebind_aliases", "sweepable"]
 
 # How far before the recorded index to start: entries deleted from sys.modules
 # while the module body ran (a failed optional import) shift later entries down.
@@ -87,3 +96,72 @@ def rebind_aliases(
                 namespace[name] = entry[1]
                 rebound.append((module, name, value))  # type: ignore[arg-type]
     return rebound
+
+
+def _swept(patch: AppliedPatch) -> bool:
+    """Whether names bound to this patch's original elsewhere are rebound (and recorded)."""
+    original = patch.original
+    holder = patch.holder
+    if not isinstance(holder, types.ModuleType) or not sweepable(original):
+        return False
+    if isinstance(original, types.ModuleType):
+        return False  # a module bound to a name (``torch``): shared, never swept
+    return getattr(original, "__module__", None) == holder.__name__  # else a re-export: only the named place changes
+
+
+class NameBindings:
+    """The names modules hold to what fl_patch replaced: rebound on patching, recorded for undoing."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # id(installed) -> its patch; weak: a patch its target dropped goes with it
+        self._installed: weakref.WeakValueDictionary[int, AppliedPatch] = weakref.WeakValueDictionary()
+
+    def rebind(self, applied: list[AppliedPatch], window: int | None) -> None:
+        """Point names bound to these patches' originals at the impls, in modules since ``window``."""
+        replacements: dict[int, tuple[object, object]] = {}
+        owners: dict[int, AppliedPatch] = {}
+        skip: set[str] = set()
+        for patch in applied:
+            if not _swept(patch):
+                continue
+            replacements[id(patch.original)] = (patch.original, patch.installed)
+            owners[id(patch.original)] = patch
+            with self._lock:
+                self._installed[id(patch.installed)] = patch
+            impl_module = getattr(patch.installed, "__module__", None)
+            if isinstance(impl_module, str):
+                skip.add(impl_module)  # the impl's own module keeps the original (seed pattern)
+        if not replacements:
+            return
+        for module, name, value in rebind_aliases(replacements, modules_since(window), frozenset(skip)):
+            owners[id(value)].aliases.append(binding(module, name, value))
+
+    def rebind_module(self, patch: AppliedPatch, module: types.ModuleType) -> None:
+        """A loaded module replaced whole: names bound to it go to the replacement."""
+        impl = patch.installed
+        skip = frozenset({getattr(impl, "__name__", "")})
+        rebound = rebind_aliases({id(module): (module, impl)}, modules_since(None), skip)
+        patch.aliases.extend(binding(*entry) for entry in rebound)
+
+    def record_later(self, module: object) -> None:
+        """Names ``module`` imported from a patched place (``from .clip_grads import get_grad_norm_fp32``)."""
+        if not self._installed:
+            return
+        try:
+            namespace = object.__getattribute__(module, "__dict__")
+        except Exception:  # noqa: BLE001
+            return
+        installed = self._installed
+        for name, value in list(namespace.items()):
+            patch = installed.get(id(value))
+            if patch is None or patch.installed is not value or name != patch.name or module is patch.holder:
+                continue
+            if getattr(value, "__module__", None) == namespace.get("__name__"):
+                continue  # the impl's own module
+            if patch.is_in_place():
+                patch.later_bindings.append(binding(module, name, patch.original))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._installed.clear()

@@ -34,15 +34,15 @@ import weakref
 from collections.abc import Callable, Iterable
 from importlib.machinery import ModuleSpec
 
-from ._aliases import modules_since, rebind_aliases, sweepable
-from ._apply import AppliedPatch, binding
-from ._errors import FlPatchError, ProblemSink
+from ._aliases import NameBindings
+from ._apply import AppliedPatch
+from ._errors import FlPatchError, NotYet, PlatformNotReady, ProblemSink
 from ._registry import Registration, Registry
 from ._report import PatchRecord, Status
 from ._resolve import describe, owned_path, resolve_in, unwrap
 from ._settings import Settings
-from ._target import ImplStillLoading, PlatformNotReady, Target, initializing
-from ._vendors import detect_platform, vendor_priority
+from ._target import Target, initializing
+from ._vendors import VendorChoice
 
 __all__ = ["Engine"]
 
@@ -61,11 +61,9 @@ class Engine:
         self.installed = False
         self.lock = threading.RLock()
         self.call_counter: Callable[[str, object], object] | None = None
-        self._vendors: tuple[str, ...] | None = None
-        self._platform: str | None = None
+        self.vendor_choice = VendorChoice(problems)
         self._served: dict[str, str] = {}  # module name -> fl_patch module served when none is installed
         self._on_load: dict[str, Callable[[types.ModuleType], None]] = {}  # module name -> run after its body
-        self._platform_hints: list[Callable[[], str | None]] = []
         self._trigger_roots: frozenset[str] = frozenset()  # FL_PATCH_TRIGGERS: their load runs the deferred sources
         self._observed_roots = OBSERVED_ROOTS
         self._deferred: Callable[[], None] | None = None
@@ -73,10 +71,9 @@ class Engine:
         self._processed: dict[str, weakref.ref[types.ModuleType]] = {}  # name -> the module object handled
         self._pending: list[tuple[Target, types.ModuleType, str, tuple[str, ...]]] = []  # impl module still loading
         self._catch_up_due = False
-        self._quiet_catch_up: set[str] = set()  # targets registered while their module was importing
+        self._quiet: set[str] = set()  # targets registered while their module was importing
         self._catching_up = threading.local()
-        # id(installed) -> patch, for later bindings; weak: a patch its target dropped goes with it
-        self._installed_impls: weakref.WeakValueDictionary[int, AppliedPatch] = weakref.WeakValueDictionary()
+        self.bindings = NameBindings()
         registry.add_listener(self._on_registered)
 
     # ------------------------------------------------------------------ configuration
@@ -84,7 +81,7 @@ class Engine:
         with self.lock:
             self.settings = settings
             self.problems.strict = settings.strict
-            self._vendors = None
+            self.vendor_choice.configure(settings.prefer)
             self._trigger_roots = frozenset(name.partition(".")[0] for name in settings.triggers)
 
     def serve(self, name: str, module_name: str) -> None:
@@ -94,18 +91,6 @@ class Engine:
     def on_load(self, name: str, callback: Callable[[types.ModuleType], None]) -> None:
         """Call ``callback(module)`` right after the body of the module ``name`` ran, before its importer gets it."""
         self._on_load[name] = callback
-
-    def add_platform_hint(self, hint: Callable[[], str | None]) -> None:
-        """A platform detector of a plugin tree's own, asked before fl_patch's (``vendor_priority``)."""
-        self._platform_hints.append(hint)
-        if self._vendors is not None:
-            before = self._vendors
-            self._vendors = None
-            if self.vendors() != before:
-                self.problems.problem(
-                    f"fl_patch: the vendor list became {', '.join(self.vendors())} once a plugin tree's platform "
-                    f"detection was found; patches applied before used {', '.join(before)}"
-                )
 
     def defer(self, load_sources: Callable[[], None]) -> None:
         """Run ``load_sources`` when the first megatron module (or trigger package) starts loading."""
@@ -118,41 +103,16 @@ class Engine:
             deferred()
 
     def vendors(self) -> tuple[str, ...]:
-        """The vendor priority list, detected once per installation.
-
-        Raises ``PlatformNotReady`` while torch itself is importing (a target inside torch,
-        met during torch's own import): detecting the accelerator then would read a
-        half-built torch and guess wrong. The target is retried once torch has loaded.
-        """
-        if self._vendors is None:
-            torch = sys.modules.get("torch")
-            if self._platform is None and isinstance(torch, types.ModuleType) and initializing(torch):
-                with self.lock:
-                    self._catch_up_due = True
-                raise PlatformNotReady("torch is still importing")
-            if self._platform is None:
-                try:
-                    self._platform = detect_platform()
-                except Exception as exc:  # noqa: BLE001  (detection must never break an import)
-                    self._platform = "cpu"
-                    self.problems.problem(f"fl_patch: could not detect the platform ({exc!r}); assuming 'cpu'")
-            self._vendors = vendor_priority(self.settings.prefer, self._platform, self._hinted_platforms())
-        return self._vendors
-
-    def _hinted_platforms(self) -> list[str]:
-        hinted = []
-        for hint in self._platform_hints:
-            try:
-                platform = hint()
-            except Exception as exc:  # noqa: BLE001  (a plugin tree's detection must not break an import)
-                self.problems.problem(f"fl_patch: a plugin tree's platform detection failed: {exc!r}; it is ignored")
-                continue
-            if platform:
-                hinted.append(platform)
-        return hinted
+        """The vendor priority list (``VendorChoice``); ``PlatformNotReady`` while torch imports."""
+        try:
+            return self.vendor_choice.vendors()
+        except PlatformNotReady:
+            with self.lock:
+                self._catch_up_due = True  # retry the target once torch has loaded
+            raise
 
     def platform_detected(self) -> bool:
-        return self._vendors is not None
+        return self.vendor_choice.detected
 
     def check_preferred_vendors(self) -> None:
         known = self.registry.vendors()
@@ -249,7 +209,7 @@ class Engine:
             targets = self.registry.targets_under(name)
             if targets:
                 self._apply([(current, name, targets)], window=modules_before, late=False)
-            self._record_later_bindings(current)
+            self.bindings.record_later(current)
             self._note_unobserved(modules_before)
             if self._pending:
                 self._retry_pending()
@@ -327,9 +287,15 @@ class Engine:
             batch = self._loaded_batch(only_unprocessed=True)
             if not batch:
                 return
-            bypassed = [name for _, name, targets in batch if any(t.name not in self._quiet_catch_up for t in targets)]
+            # Quiet: targets registered while their module was importing, and modules stored
+            # under a second name. Otherwise the hook was bypassed, which deserves a warning.
+            bypassed = [
+                name
+                for module, name, targets in batch
+                if getattr(module, "__name__", name) == name and any(t.name not in self._quiet for t in targets)
+            ]
             patches = self._apply(batch, window=None, late=True)
-            self._quiet_catch_up.difference_update(t.name for _, _, targets in batch for t in targets)
+            self._quiet.difference_update(t.name for _, _, targets in batch for t in targets)
             if bypassed and patches:
                 self.problems.problem(
                     "fl_patch: imported without passing through fl_patch's import hook (another import hook "
@@ -356,7 +322,7 @@ class Engine:
             loaded = sys.modules.get(target.name)
             if isinstance(loaded, types.ModuleType):
                 if initializing(loaded):
-                    self._quiet_catch_up.add(target.name)
+                    self._quiet.add(target.name)
                     self._catch_up_due = True
                 else:
                     self._substitute_loaded(target, loaded)
@@ -382,7 +348,7 @@ class Engine:
             if isinstance(module, types.ModuleType) and initializing(module):
                 # Importing, but not through the hook (its import began before this registration
                 # made it a watched name): patch it once it has loaded.
-                self._quiet_catch_up.add(target.name)
+                self._quiet.add(target.name)
                 self._catch_up_due = True
                 return None
             if owned_path(module, parts, name) is not None:
@@ -401,7 +367,7 @@ class Engine:
                     continue
                 try:
                     patch = target.apply(module, name, attr_path, self, late=late)  # type: ignore[arg-type]
-                except ImplStillLoading as exc:
+                except NotYet as exc:
                     with self.lock:
                         self._pending.append((target, module, name, attr_path))  # type: ignore[arg-type]
                         self._catch_up_due = True
@@ -409,7 +375,7 @@ class Engine:
                     continue
                 if patch is not None:
                     applied.append(patch)
-        self._rebind_aliases(applied, window)
+        self.bindings.rebind(applied, window)
         return applied
 
     def _retry_pending(self) -> None:
@@ -418,60 +384,18 @@ class Engine:
         for target, module, name, attr_path in pending:
             try:
                 patch = target.apply(module, name, attr_path, self, late=False)
-            except ImplStillLoading:
+            except NotYet:
                 with self.lock:
                     self._pending.append((target, module, name, attr_path))
                     self._catch_up_due = True
                 continue
             if patch is not None:
-                self._rebind_aliases([patch], None)  # later than its module's load: sweep everything
+                self.bindings.rebind([patch], None)  # later than its module's load: sweep everything
 
     def _substitute_loaded(self, target: Target, module: types.ModuleType) -> None:
         patch = target.substitute_loaded(module, self)
-        if patch is None:
-            return
-        impl = patch.installed
-        replacements = {id(module): (module, impl)}
-        skip = frozenset({impl.__name__})  # type: ignore[attr-defined]
-        patch.aliases.extend(binding(*rebound) for rebound in rebind_aliases(replacements, modules_since(None), skip))
-
-    def _rebind_aliases(self, applied: list[AppliedPatch], window: int | None) -> None:
-        replacements: dict[int, tuple[object, object]] = {}
-        owners: dict[int, AppliedPatch] = {}
-        skip: set[str] = set()
-        for patch in applied:
-            if not _swept(patch):
-                continue
-            replacements[id(patch.original)] = (patch.original, patch.installed)
-            owners[id(patch.original)] = patch
-            with self.lock:
-                self._installed_impls[id(patch.installed)] = patch
-            impl_module = getattr(patch.installed, "__module__", None)
-            if isinstance(impl_module, str):
-                skip.add(impl_module)  # the impl's own module keeps the original (seed pattern)
-        if not replacements:
-            return
-        for module, name, value in rebind_aliases(replacements, modules_since(window), frozenset(skip)):
-            owners[id(value)].aliases.append(binding(module, name, value))
-
-    def _record_later_bindings(self, module: object) -> None:
-        """Names ``module`` imported from a patched place (``from .clip_grads import get_grad_norm_fp32``)."""
-        if not self._installed_impls:
-            return
-        try:
-            namespace = object.__getattribute__(module, "__dict__")
-        except Exception:  # noqa: BLE001
-            return
-        impls = self._installed_impls
-        for name, value in list(namespace.items()):
-            patch = impls.get(id(value))
-            if patch is None or patch.installed is not value or name != patch.name or module is patch.holder:
-                continue
-            if getattr(value, "__module__", None) == namespace.get("__name__"):
-                continue  # the impl's own module
-            if not patch.is_in_place():
-                continue
-            patch.later_bindings.append(binding(module, name, patch.original))
+        if patch is not None:
+            self.bindings.rebind_module(patch, module)
 
     def _mark_processed(self, name: str, module: object) -> None:
         try:
@@ -511,9 +435,9 @@ class Engine:
         targets = self.registry.targets()
         with self.lock:
             self._processed.clear()
-            self._installed_impls.clear()
+            self.bindings.clear()
             self._pending.clear()
-            self._quiet_catch_up.clear()
+            self._quiet.clear()
             self._catch_up_due = False
         for target in reversed(targets):
             target.revert()
@@ -524,7 +448,7 @@ class Engine:
         platform (at interpreter exit, say); targets are then reported as waiting."""
         if self._catch_up_due:
             self.catch_up()
-        undetected = not detect and self._vendors is None and "torch" not in sys.modules
+        undetected = not detect and not self.vendor_choice.detected and "torch" not in sys.modules
         records: list[PatchRecord] = []
         for target in self.registry.targets():
             if undetected:
@@ -551,21 +475,9 @@ class Engine:
         self.revert_all()
         with self.lock:
             self.registry.clear()
-            self._vendors = None
-            self._platform = None
+            self.vendor_choice.reset()
             self._deferred = None
             self._executing.clear()
-
-
-def _swept(patch: AppliedPatch) -> bool:
-    """Whether names bound to this patch's original elsewhere are rebound (and recorded)."""
-    original = patch.original
-    holder = patch.holder
-    if not isinstance(holder, types.ModuleType) or not sweepable(original):
-        return False
-    if isinstance(original, types.ModuleType):
-        return False  # a module bound to a name (``torch``): shared, never swept
-    return getattr(original, "__module__", None) == holder.__name__  # else a re-export: only the named place changes
 
 
 def _link_to_parent(name: str, module: object) -> None:

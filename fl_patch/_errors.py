@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import warnings
 
-__all__ = ["FlPatchError", "FlPatchWarning", "ProblemSink"]
+__all__ = ["FlPatchError", "FlPatchWarning", "ImplStillLoading", "NotYet", "PlatformNotReady", "ProblemSink"]
 
 
 class FlPatchError(RuntimeError):
@@ -27,6 +27,18 @@ class FlPatchError(RuntimeError):
 
 class FlPatchWarning(UserWarning):
     """A patch could not be applied; upstream code runs instead."""
+
+
+class NotYet(Exception):
+    """Internal: a target cannot be applied yet, but is not broken; the engine retries it later."""
+
+
+class ImplStillLoading(NotYet):
+    """The impl's module is being imported right now (it imported the target's module)."""
+
+
+class PlatformNotReady(NotYet):
+    """The vendor cannot be chosen while torch itself is importing."""
 
 
 class ProblemSink:

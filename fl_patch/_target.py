@@ -38,6 +38,7 @@ from ._apply import (
     install_module,
     revert,
 )
+from ._errors import ImplStillLoading, NotYet, PlatformNotReady
 from ._missing import locate, unusable
 from ._report import PatchRecord, Status
 from ._resolve import Kind, Resolved, describe, load_impl, unwrap
@@ -45,19 +46,11 @@ from ._resolve import Kind, Resolved, describe, load_impl, unwrap
 if TYPE_CHECKING:
     from ._registry import Registration
 
-__all__ = ["ImplStillLoading", "PatchContext", "PlatformNotReady", "Selection", "Target"]
-
-
-class ImplStillLoading(Exception):
-    """Not yet: the impl's module is being imported right now (it imported the target's module). Retry later."""
+__all__ = ["PatchContext", "Selection", "Target"]
 
 
 class ImplCycle(ImplMismatch):
     """The impl names a registered target whose impl leads back here."""
-
-
-class PlatformNotReady(ImplStillLoading):
-    """Not yet: the vendor cannot be chosen while torch itself is importing. Retry later."""
 
 
 class PatchContext(Protocol):
@@ -155,7 +148,7 @@ class Target:
             try:
                 impl = self._load(registration, ctx, current=resolved.raw if resolved.kind is Kind.CLASS else None)
                 replacement = build_replacement(resolved, impl, create=registration.create)
-            except ImplStillLoading:
+            except NotYet:
                 raise
             except ImplCycle as exc:  # one problem for every target of the loop: one message
                 self._failed[id(registration)] = str(exc)
