@@ -363,8 +363,10 @@ def _check_one(
             assert resolved is not None
             fit = _fits(resolved, impl)
         findings.extend(fit or [])
-        if fit is None or (result.kind in (Kind.ATTRIBUTE.value, Kind.MODULE.value) and owner.attr_path is not None):
+        if result.kind in (Kind.ATTRIBUTE.value, Kind.MODULE.value) and owner.attr_path is not None:
             result.signature = "not applicable"  # (a value, or a module bound to a name: any object will do)
+        elif fit is None:
+            result.signature = "not compared"  # (upstream's signature cannot be read: a C function)
         else:
             result.signature = "incompatible" if any(f.level == "error" for f in fit) else "compatible"
 
@@ -381,11 +383,15 @@ def _signature(obj: object, what: str) -> tuple[inspect.Signature | None, Findin
         return None, Finding("warning", f"cannot read the signature of the {what}: {exc}")
 
 
-def _compare(target: object, impl: object, *, receiver: bool) -> list[Finding]:
-    t_sig, t_problem = _signature(target, "target")
+def _compare(target: object, impl: object, *, receiver: bool) -> list[Finding] | None:
+    """Findings of the signature comparison; None when the target's signature cannot be read
+    (a C function such as ``torch.zeros``: nothing to compare against, not a problem)."""
+    t_sig, _ = _signature(target, "target")
+    if t_sig is None:
+        return None
     i_sig, i_problem = _signature(impl, "impl")
-    if t_sig is None or i_sig is None:
-        return [f for f in (t_problem, i_problem) if f is not None]
+    if i_sig is None:
+        return [i_problem] if i_problem is not None else []
     return compare_signatures(t_sig, i_sig, receiver=receiver)
 
 
@@ -406,7 +412,8 @@ def _fits(resolved: Resolved, impl: object) -> list[Finding] | None:
                     "isinstance checks against the original would fail (the engine refuses it)",
                 )
             ]
-        return [_prefix(f, "constructor: ") for f in _compare(raw, impl, receiver=False)]
+        constructor = _compare(raw, impl, receiver=False)
+        return None if constructor is None else [_prefix(f, "constructor: ") for f in constructor]
     if kind in (Kind.MODULE, Kind.ATTRIBUTE):
         if kind is Kind.ATTRIBUTE and raw is not None and not isinstance(impl, type(raw)):
             return [

@@ -54,6 +54,7 @@ _SETTINGS_VARIABLES = (
     ENV.PREFER,
     ENV.ENTRY_POINTS,
     ENV.FLAGSCALE,
+    ENV.CUDA_ON_CPU,
 )
 _FLAG_CAUSES = {
     "I": "it is started with -I (isolated mode ignores PYTHONPATH)",

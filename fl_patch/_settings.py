@@ -31,9 +31,19 @@ class ENV:
     FLAGSCALE = "FL_PATCH_FLAGSCALE"  # "0": ignore a FlagScale-style plugin tree
     TRIGGERS = "FL_PATCH_TRIGGERS"  # packages whose first import activates fl_patch, besides megatron
     TRACEBACK = "FL_PATCH_TRACEBACK"  # "1": strict errors are shown with their traceback
+    CUDA_ON_CPU = "FL_PATCH_CUDA_ON_CPU"  # "0": no CUDA-on-CPU transfer where there is no GPU (the cuda_on_cpu pack)
 
 
-_SWITCHES = (ENV.ENABLED, ENV.STRICT, ENV.REPORT, ENV.CHILDREN, ENV.ENTRY_POINTS, ENV.FLAGSCALE, ENV.TRACEBACK)
+_SWITCHES = (
+    ENV.ENABLED,
+    ENV.STRICT,
+    ENV.REPORT,
+    ENV.CHILDREN,
+    ENV.ENTRY_POINTS,
+    ENV.FLAGSCALE,
+    ENV.TRACEBACK,
+    ENV.CUDA_ON_CPU,
+)
 
 
 _FALSE = {"0", "false", "no", "off"}
@@ -88,6 +98,7 @@ class Settings:
     """
 
     __slots__ = (
+        "cuda_on_cpu",
         "disabled_targets",
         "enabled",
         "entry_points",
@@ -116,6 +127,7 @@ class Settings:
         watch_children: bool = True,
         entry_points: bool = True,
         flagscale_tree: bool = True,
+        cuda_on_cpu: bool = True,
         triggers: tuple[str, ...] = (),
     ) -> None:
         self.enabled = enabled
@@ -129,6 +141,7 @@ class Settings:
         self.watch_children = watch_children
         self.entry_points = entry_points
         self.flagscale_tree = flagscale_tree
+        self.cuda_on_cpu = cuda_on_cpu
         self.triggers = triggers
 
     def __repr__(self) -> str:
@@ -158,5 +171,6 @@ class Settings:
             watch_children=_flag(env, ENV.CHILDREN, True),
             entry_points=_flag(env, ENV.ENTRY_POINTS, True),
             flagscale_tree=_flag(env, ENV.FLAGSCALE, True),
+            cuda_on_cpu=_flag(env, ENV.CUDA_ON_CPU, True),
             triggers=_csv(env, ENV.TRIGGERS),
         )

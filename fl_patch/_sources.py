@@ -41,9 +41,14 @@ ENTRY_POINT_GROUP = "fl_patch.registries"
 
 
 def import_source(module_name: str, what: str, registry: Registry, problems: ProblemSink) -> types.ModuleType | None:
+    """Import a registry module (``pkg.mod``), or import one and call its function (``pkg.mod:function``)."""
+    module_name, _, function = module_name.partition(":")
     try:
         with registry.atomically():
-            return importlib.import_module(module_name)
+            module = importlib.import_module(module_name)
+            if function:
+                getattr(module, function)()
+            return module
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001  (a broken registry, even one that calls sys.exit, must not end the run)

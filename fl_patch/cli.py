@@ -50,6 +50,7 @@ options (each sets the environment variable shown, which children inherit):
   --report-file PATH    append that report as JSON lines to PATH        FL_PATCH_REPORT_FILE
   --no-entry-points     ignore installed fl_patch.registries entry points FL_PATCH_ENTRY_POINTS=0
   --no-flagscale        ignore a FlagScale plugin tree                  FL_PATCH_FLAGSCALE=0
+  --no-cuda-on-cpu      no CUDA-on-CPU transfer on a machine without GPU FL_PATCH_CUDA_ON_CPU=0
   --no-child-warnings   do not watch for children fl_patch cannot reach  FL_PATCH_CHILDREN=0
   --in-process          run the program in this interpreter (runpy), not a fresh one
 
@@ -132,6 +133,7 @@ _FLAGS: dict[str, Callable[[Options], None]] = {
     "--report": lambda o: o.env.__setitem__(ENV.REPORT, "1"),
     "--no-entry-points": lambda o: o.env.__setitem__(ENV.ENTRY_POINTS, "0"),
     "--no-flagscale": lambda o: o.env.__setitem__(ENV.FLAGSCALE, "0"),
+    "--no-cuda-on-cpu": lambda o: o.env.__setitem__(ENV.CUDA_ON_CPU, "0"),
     "--no-child-warnings": lambda o: o.env.__setitem__(ENV.CHILDREN, "0"),
     "--in-process": lambda o: setattr(o, "in_process", True),
     "--json": lambda o: setattr(o, "json", True),

@@ -69,7 +69,7 @@ def test_cuda_script_on_one_rank_computes_what_the_cpu_version_computes(tmp_path
         assert record["scale"] == 65536.0  # GradScaler("cuda") is a working (CPU) scaler, not disabled
     # Said once, and only where the transfer is on.
     assert cuda_err.count(ANNOUNCEMENT) == 1, cuda_err[-3000:]
-    assert "FL_PATCH_CUDA_ON_CPU=0 turns this off" in cuda_err
+    assert "FL_PATCH_CUDA_ON_CPU=0 or --no-cuda-on-cpu turns this off" in cuda_err
     assert ANNOUNCEMENT not in cpu_err
 
 
@@ -167,5 +167,8 @@ def test_registry_lists_what_the_impl_module_offers() -> None:
     assert cuda_on_cpu_registry.transfer_enabled({})
     assert not cuda_on_cpu_registry.transfer_enabled({"FL_PATCH_CUDA_ON_CPU": "0"})
     assert not cuda_on_cpu_registry.transfer_enabled({"FL_PATCH_CUDA_ON_CPU": "off"})
-    assert not cuda_on_cpu_registry.transfer_enabled({"FL_PATCH_PACKS": "cpu"})
-    assert cuda_on_cpu_registry.transfer_enabled({"FL_PATCH_PACKS": "all"})
+    assert cuda_on_cpu_registry.transfer_enabled({"FL_PATCH_CUDA_ON_CPU": "1"})
+    # A pack of its own: FL_PATCH_PACKS=cpu leaves it out.
+    from fl_patch.impls import PACKS
+
+    assert PACKS["cuda_on_cpu"] == "fl_patch.impls.cpu.cuda_on_cpu_registry:register_pack"

@@ -98,15 +98,10 @@ __all__ = [
 ]
 
 REDIRECTED = (
-    "devices: device='cuda'/.cuda()/.to('cuda')/an ordinal -> cpu (factories, Tensor.to/new_*, "
-    "torch.device contexts); torch.cuda: one device (the CPU), set_device/current_device, streams, events, "
-    "synchronize, the CUDA RNG = the CPU generator; distributed: nccl -> gloo (init_process_group, new_group, "
-    "new_subgroups), init_device_mesh('cuda') -> cpu, DDP device_ids dropped; autocast('cuda') -> "
-    "autocast('cpu', float16 unless given); GradScaler('cuda') -> GradScaler('cpu'); Transformer Engine "
-    "layer specs -> local specs (when TE is absent). torch.cuda.is_available() stays False; device "
-    "properties, memory statistics, CUDA graphs and fp8 are not faked"
+    "'cuda' devices, torch.cuda (one device, streams, events, RNG), nccl -> gloo, autocast, GradScaler, "
+    "TE layer specs -> local; torch.cuda.is_available() stays False"
 )
-"""What the transfer redirects, as the one line says it."""
+"""What the transfer redirects, as the one line says it (docs/cuda_on_cpu.md has the whole list)."""
 
 _announced = False
 
@@ -126,7 +121,7 @@ def announce() -> None:
         return
     print(
         f"fl_patch CPU pack: no GPU here; CUDA calls run on the CPU ({REDIRECTED}). "
-        "FL_PATCH_CUDA_ON_CPU=0 turns this off.",
+        "FL_PATCH_CUDA_ON_CPU=0 or --no-cuda-on-cpu turns this off; docs/cuda_on_cpu.md lists what it does.",
         file=sys.stderr,
         flush=True,
     )
@@ -639,10 +634,3 @@ def grad_scaler_init(self: Any, device: str = "cuda", *args: Any, **kwargs: Any)
 
 
 announce()
-
-# The targets in torch's submodules, if the pack's registry ran before torch had loaded (fl_patch
-# imports this module to apply the first root target, once torch has loaded):
-# cuda_on_cpu_registry.TORCH_SUBMODULE_TARGETS says why.
-from .cuda_on_cpu_registry import register_deferred_torch_targets  # noqa: E402
-
-register_deferred_torch_targets()

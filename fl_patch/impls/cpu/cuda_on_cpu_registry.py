@@ -1,29 +1,26 @@
-"""The CPU pack's CUDA-on-CPU transfer, and megatron-core without its optional CUDA libraries: registrations.
+"""The CUDA-on-CPU transfer (the pack ``cuda_on_cpu``), and megatron-core without its optional CUDA libraries.
 
-Called by ``registry.py`` (the CPU pack, vendor ``cpu``: chosen where no accelerator is
-found), so these registrations apply only on a machine without a GPU (or with
-``MG_FL_PREFER=cpu``). Like the pack's registry it calls ``register()`` with strings only
-and imports neither torch nor megatron.
+Vendor ``cpu`` (chosen where no accelerator is found, or with ``MG_FL_PREFER=cpu``), so
+these registrations apply only on a machine without a GPU. Like every pack registry it
+calls ``register()`` with strings only and imports neither torch nor megatron.
 
 Two groups:
 
-- :func:`register_without_extensions` (always, with the CPU pack): megatron-core problems
+- :func:`register_without_extensions` (called by the CPU pack's ``registry.py``): megatron-core problems
   that only show where flash-attn / Transformer Engine are absent, or with the wheel
   (``compile_helpers``; ``cuda_on_cpu_megatron.py``).
-- :func:`register_cuda_on_cpu` (the transfer, :func:`transfer_enabled`): ``torch.cuda.*``,
+- :func:`register_cuda_on_cpu` (the ``cuda_on_cpu`` pack, :func:`register_pack`, when :func:`transfer_enabled`): ``torch.cuda.*``,
   devices in torch's factories and ``Tensor.to``, NCCL, autocast and the grad scaler for
   code around megatron (``cuda_on_cpu.py``, the shared stand-ins in ``cuda_stand_ins.py``),
   and the Transformer Engine layer specs, which become megatron-core's local specs.
 
 The switch (``docs/cuda_on_cpu.md``): the transfer is on by default; ``FL_PATCH_CUDA_ON_CPU=0``
-(``false``/``no``/``off``) turns it off, and so does an explicit ``FL_PATCH_PACKS`` list
-(``--packs cpu``: the CPU pack's megatron patches alone, as before the transfer existed).
+(``--no-cuda-on-cpu``) turns it off, and so does a ``FL_PATCH_PACKS`` list without
+``cuda_on_cpu`` (``--packs cpu``: the CPU pack's megatron patches alone).
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Mapping
 
 from fl_patch import register
@@ -36,7 +33,7 @@ __all__ = [
     "TORCH_TARGETS",
     "WITHOUT_EXTENSIONS_TARGETS",
     "register_cuda_on_cpu",
-    "register_deferred_torch_targets",
+    "register_pack",
     "register_without_extensions",
     "transfer_enabled",
 ]
@@ -147,14 +144,11 @@ TORCH_SUBMODULE_TARGETS: tuple[tuple[str, str], ...] = (
 rebinds the names other modules bound to it: ``torch.cuda.manual_seed`` for
 ``torch.cuda.random.manual_seed``).
 
-These are registered only once ``torch`` has finished loading: fl_patch patches a module
-right after its body runs, and ``torch.cuda`` finishes while ``torch`` itself is still
-initialising, when importing the impls (which use ``torch.distributed``, ``torch.amp``)
-would re-enter torch's C-extension set-up (measured: ``double free or corruption``).
-When the pack's registry runs before that (``import megatron.core`` before ``import
-torch``, an explicit ``fl_patch.install()``, ``FL_PATCH_TRIGGERS=torch``), they are
-registered by ``cuda_on_cpu.py`` when it is first imported, which is when fl_patch applies
-the first of :data:`TORCH_ROOT_TARGETS`, after ``torch`` has loaded."""
+``torch.cuda`` finishes loading while ``torch`` itself is still initialising, when importing
+the impls (which use ``torch.distributed``, ``torch.amp``) would re-enter torch's C-extension
+set-up (measured: ``double free or corruption``). The engine never applies a target then: it
+cannot choose a vendor while torch imports (``PlatformNotReady``), and retries the target
+once torch has loaded."""
 
 TORCH_TARGETS = (*TORCH_ROOT_TARGETS, *TORCH_SUBMODULE_TARGETS)
 """Every torch target of the transfer."""
@@ -181,21 +175,12 @@ WITHOUT_EXTENSIONS_TARGETS: tuple[tuple[str, str], ...] = (
 """Always with the CPU pack: upstream problems that show only without flash-attn / Transformer Engine,
 or with the megatron-core wheel (no Makefile for the dataset helpers it already ships built)."""
 
-_OFF = {"0", "false", "no", "off"}
-
 
 def transfer_enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the transfer is on: unless ``FL_PATCH_CUDA_ON_CPU`` is off or ``FL_PATCH_PACKS`` lists packs.
+    """Whether the transfer is on: unless ``FL_PATCH_CUDA_ON_CPU`` says off."""
+    from fl_patch._settings import Settings
 
-    An explicit pack list (``FL_PATCH_PACKS=cpu``) asks for exactly those packs' patches:
-    the CPU pack's megatron patches without the process-wide transfer. (``cuda_on_cpu`` is not
-    yet a pack name of its own; see ``docs/cuda_on_cpu.md``.)
-    """
-    env = os.environ if environ is None else environ
-    if env.get(SWITCH, "").strip().lower() in _OFF:
-        return False
-    packs = env.get("FL_PATCH_PACKS", "").strip().lower()
-    return packs in ("", "all") or "cuda_on_cpu" in {p.strip() for p in packs.split(",")}
+    return Settings.from_environ(environ).cuda_on_cpu
 
 
 def register_without_extensions() -> None:
@@ -204,40 +189,13 @@ def register_without_extensions() -> None:
         register(target=target, impl=impl, vendor=_CPU)
 
 
-_submodule_targets_deferred = False
-
-
-def _torch_loaded() -> bool:
-    module = sys.modules.get("torch")
-    return module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False)
-
-
 def register_cuda_on_cpu() -> None:
-    """Register the transfer (torch-level and the TE layer specs), if :func:`transfer_enabled`.
-
-    The targets in torch's submodules wait until ``torch`` has loaded (see
-    :data:`TORCH_SUBMODULE_TARGETS`).
-    """
-    global _submodule_targets_deferred
-    if not transfer_enabled():
-        return
-    for target, impl in (*TORCH_ROOT_TARGETS, *MEGATRON_TARGETS):
+    """Register the transfer (torch-level and the TE layer specs)."""
+    for target, impl in (*TORCH_TARGETS, *MEGATRON_TARGETS):
         register(target=target, impl=impl, vendor=_CPU)
-    if _torch_loaded():
-        _submodule_targets_deferred = False
-        _register_submodule_targets()
-    else:
-        _submodule_targets_deferred = True
 
 
-def register_deferred_torch_targets() -> None:
-    """Register :data:`TORCH_SUBMODULE_TARGETS` if :func:`register_cuda_on_cpu` left them for later (``cuda_on_cpu.py`` calls this)."""
-    global _submodule_targets_deferred
-    if _submodule_targets_deferred and _torch_loaded():
-        _submodule_targets_deferred = False
-        _register_submodule_targets()
-
-
-def _register_submodule_targets() -> None:
-    for target, impl in TORCH_SUBMODULE_TARGETS:
-        register(target=target, impl=impl, vendor=_CPU)
+def register_pack() -> None:
+    """The ``cuda_on_cpu`` pack (``fl_patch.impls.PACKS``): the transfer, unless it is switched off."""
+    if transfer_enabled():
+        register_cuda_on_cpu()

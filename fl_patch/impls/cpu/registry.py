@@ -115,10 +115,9 @@ from .training_registry import register_training  # noqa: E402
 
 register_training()
 
-# -- megatron-core without flash-attn / Transformer Engine (always), and the CUDA-on-CPU
-#    transfer for the code around megatron (on unless FL_PATCH_CUDA_ON_CPU=0):
-#    cuda_on_cpu_registry.py, docs/cuda_on_cpu.md.
-from .cuda_on_cpu_registry import register_cuda_on_cpu, register_without_extensions  # noqa: E402
+# -- megatron-core without flash-attn / Transformer Engine (always). The CUDA-on-CPU transfer
+#    for the code around megatron is the pack cuda_on_cpu (cuda_on_cpu_registry.py,
+#    docs/cuda_on_cpu.md).
+from .cuda_on_cpu_registry import register_without_extensions  # noqa: E402
 
 register_without_extensions()
-register_cuda_on_cpu()

@@ -97,16 +97,19 @@ class FusedAdam(torch.optim.AdamW):
         self,
         params: object,
         lr: float = 1e-3,
-        bias_correction: bool = True,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
-        adam_w_mode: bool = True,
         weight_decay: float = 0.0,
         amsgrad: bool = False,
+        *,
+        bias_correction: bool = True,
+        adam_w_mode: bool = True,
         capturable: bool = False,
         fused: bool | None = None,
         **unsupported: object,
     ) -> None:
+        # Positional order: torch's AdamW (the name it replaces); Apex's own arguments by keyword,
+        # as megatron passes every argument (``adam_cls(**kwargs)``).
         if unsupported:
             raise TypeError(
                 f"fl_patch flaggems FusedAdam (torch's fused Adam) has no {sorted(unsupported)}: "
