@@ -153,7 +153,11 @@ class NameBindings:
         except Exception:  # noqa: BLE001
             return
         installed = self._installed
-        for name, value in list(namespace.items()):
+        try:
+            items = [(name, value) for name, value in namespace.items() if id(value) in installed]
+        except RuntimeError:  # the namespace changed meanwhile (another thread): look at a copy
+            items = [(name, value) for name, value in list(namespace.items()) if id(value) in installed]
+        for name, value in items:
             patch = installed.get(id(value))
             if patch is None or patch.installed is not value or name != patch.name or module is patch.holder:
                 continue

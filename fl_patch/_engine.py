@@ -36,7 +36,7 @@ from importlib.machinery import ModuleSpec
 
 from ._aliases import NameBindings
 from ._apply import AppliedPatch
-from ._errors import FlPatchError, NotYet, PlatformNotReady, ProblemSink
+from ._errors import FlPatchError, NotYet, ProblemSink
 from ._registry import Registration, Registry
 from ._report import PatchRecord, Status
 from ._resolve import describe, owned_path, resolve_in, unwrap
@@ -69,7 +69,9 @@ class Engine:
         self._deferred: Callable[[], None] | None = None
         self._executing: set[str] = set()  # watched module bodies running right now
         self._processed: dict[str, weakref.ref[types.ModuleType]] = {}  # name -> the module object handled
-        self._pending: list[tuple[Target, types.ModuleType, str, tuple[str, ...]]] = []  # impl module still loading
+        # Targets that could not be applied yet, each with the module whose import must finish first.
+        self._pending: list[tuple[Target, types.ModuleType, str, tuple[str, ...], str]] = []
+        self._waiting_on: set[str] = set()  # modules importing past the hook: catch up once they have loaded
         self._catch_up_due = False
         self._quiet: set[str] = set()  # targets registered while their module was importing
         self._catching_up = threading.local()
@@ -104,12 +106,7 @@ class Engine:
 
     def vendors(self) -> tuple[str, ...]:
         """The vendor priority list (``VendorChoice``); ``PlatformNotReady`` while torch imports."""
-        try:
-            return self.vendor_choice.vendors()
-        except PlatformNotReady:
-            with self.lock:
-                self._catch_up_due = True  # retry the target once torch has loaded
-            raise
+        return self.vendor_choice.vendors()
 
     def platform_detected(self) -> bool:
         return self.vendor_choice.detected
@@ -154,7 +151,7 @@ class Engine:
 
     # ------------------------------------------------------------------ ImportObserver
     def watches(self, fullname: str) -> bool:
-        if self._catch_up_due:
+        if self._catch_up_due or ((self._waiting_on or self._pending) and self._waited_for_loaded()):
             self.catch_up()
         root = fullname.partition(".")[0]
         return (
@@ -211,9 +208,7 @@ class Engine:
                 self._apply([(current, name, targets)], window=modules_before, late=False)
             self.bindings.record_later(current)
             self._note_unobserved(modules_before)
-            if self._pending:
-                self._retry_pending()
-            if self._catch_up_due:
+            if self._catch_up_due or ((self._waiting_on or self._pending) and self._waited_for_loaded()):
                 self.catch_up()
         except (FlPatchError, KeyboardInterrupt):
             raise
@@ -243,6 +238,20 @@ class Engine:
         except RuntimeError:  # another thread imported meanwhile: look at everything, later
             self._catch_up_due = True
 
+    def _waited_for_loaded(self) -> bool:
+        """Whether a module that catching up (or a pending target) waits for has finished loading.
+
+        Asked at every import while something waits, so it is a few dict lookups: a catch-up
+        itself walks every module that owns a target.
+        """
+        waited = set(self._waiting_on)
+        waited.update(entry[4] for entry in self._pending)
+        for name in waited:
+            module = sys.modules.get(name)
+            if not isinstance(module, types.ModuleType) or not initializing(module):
+                return True
+        return False
+
     def meta_path_changed(self) -> None:
         """The hook found itself moved or removed: modules may have loaded past it."""
         self._catch_up_due = True
@@ -254,14 +263,14 @@ class Engine:
 
     def _loaded_batch(self, *, only_unprocessed: bool = False) -> list[tuple[types.ModuleType, str, list[Target]]]:
         batch = []
-        for name in sorted(self.registry.owner_names()):
+        for name in self.registry.owner_names():
             module = sys.modules.get(name)
             if module is None or not hasattr(module, "__dict__"):
                 continue
             if isinstance(module, types.ModuleType) and initializing(module):
                 with self.lock:
                     if name not in self._executing:
-                        self._catch_up_due = True  # loading without us: look again once it has loaded
+                        self._waiting_on.add(name)  # loading without us: look again once it has loaded
                 continue
             with self.lock:
                 if only_unprocessed and self._processed_module(name) is module:
@@ -282,6 +291,8 @@ class Engine:
         self._catching_up.active = True
         try:
             self._catch_up_due = False
+            with self.lock:
+                self._waiting_on = {n for n in self._waiting_on if _still_loading(n)}
             if self._pending:
                 self._retry_pending()
             batch = self._loaded_batch(only_unprocessed=True)
@@ -323,7 +334,7 @@ class Engine:
             if isinstance(loaded, types.ModuleType):
                 if initializing(loaded):
                     self._quiet.add(target.name)
-                    self._catch_up_due = True
+                    self._waiting_on.add(target.name)
                 else:
                     self._substitute_loaded(target, loaded)
                 continue
@@ -349,7 +360,7 @@ class Engine:
                 # Importing, but not through the hook (its import began before this registration
                 # made it a watched name): patch it once it has loaded.
                 self._quiet.add(target.name)
-                self._catch_up_due = True
+                self._waiting_on.add(name)
                 return None
             if owned_path(module, parts, name) is not None:
                 with self.lock:
@@ -369,8 +380,7 @@ class Engine:
                     patch = target.apply(module, name, attr_path, self, late=late)  # type: ignore[arg-type]
                 except NotYet as exc:
                     with self.lock:
-                        self._pending.append((target, module, name, attr_path))  # type: ignore[arg-type]
-                        self._catch_up_due = True
+                        self._pending.append((target, module, name, attr_path, exc.blocker))  # type: ignore[arg-type]
                     target.status, target.detail = Status.WAITING, str(exc)
                     continue
                 if patch is not None:
@@ -380,14 +390,14 @@ class Engine:
 
     def _retry_pending(self) -> None:
         with self.lock:
-            pending, self._pending = self._pending, []
-        for target, module, name, attr_path in pending:
+            ready = [entry for entry in self._pending if not _still_loading(entry[4])]
+            self._pending = [entry for entry in self._pending if entry not in ready]
+        for target, module, name, attr_path, _ in ready:
             try:
                 patch = target.apply(module, name, attr_path, self, late=False)
-            except NotYet:
+            except NotYet as exc:
                 with self.lock:
-                    self._pending.append((target, module, name, attr_path))
-                    self._catch_up_due = True
+                    self._pending.append((target, module, name, attr_path, exc.blocker))
                 continue
             if patch is not None:
                 self.bindings.rebind([patch], None)  # later than its module's load: sweep everything
@@ -437,6 +447,7 @@ class Engine:
             self._processed.clear()
             self.bindings.clear()
             self._pending.clear()
+            self._waiting_on.clear()
             self._quiet.clear()
             self._catch_up_due = False
         for target in reversed(targets):
@@ -446,7 +457,7 @@ class Engine:
     def records(self, *, detect: bool = True) -> list[PatchRecord]:
         """One record per registration. ``detect=False``: never import torch to find the
         platform (at interpreter exit, say); targets are then reported as waiting."""
-        if self._catch_up_due:
+        if self._catch_up_due or self._waiting_on or self._pending:
             self.catch_up()
         undetected = not detect and not self.vendor_choice.detected and "torch" not in sys.modules
         records: list[PatchRecord] = []
@@ -478,6 +489,11 @@ class Engine:
             self.vendor_choice.reset()
             self._deferred = None
             self._executing.clear()
+
+
+def _still_loading(name: str) -> bool:
+    module = sys.modules.get(name)
+    return isinstance(module, types.ModuleType) and initializing(module)
 
 
 def _link_to_parent(name: str, module: object) -> None:

@@ -30,7 +30,14 @@ class FlPatchWarning(UserWarning):
 
 
 class NotYet(Exception):
-    """Internal: a target cannot be applied yet, but is not broken; the engine retries it later."""
+    """Internal: a target cannot be applied yet, but is not broken; the engine retries it later.
+
+    ``blocker`` is the module whose import is under way: the retry waits for it to finish.
+    """
+
+    def __init__(self, message: str, blocker: str) -> None:
+        super().__init__(message)
+        self.blocker = blocker
 
 
 class ImplStillLoading(NotYet):

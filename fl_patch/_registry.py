@@ -72,6 +72,10 @@ class Registry:
         self._lock = threading.RLock()
         self._targets: dict[str, Target] = {}
         self._root = _Node()
+        self._owner_names: list[str] | None = None  # owner_names(), until a new target is indexed
+        # watches(), by module name, until a new target is indexed: the finder asks for every
+        # import, and walking the trie splits the name (an allocation each time).
+        self._watch_cache: dict[str, bool] = {}
         self._listeners: list[Callable[[list[Registration]], None]] = []
         self._held = threading.local()  # registrations a loading source made, not yet committed
 
@@ -152,19 +156,24 @@ class Registry:
                 node.children[segment] = child  # linked only once complete: readers need no lock
             node = child
         node.target = target
+        self._owner_names = None
+        self._watch_cache = {}
 
     # ------------------------------------------------------------------ reading
     def watches(self, name: str) -> bool:
         """Whether a module called ``name`` may own a target or be one (no lock: see the module doc)."""
+        cache = self._watch_cache
+        known = cache.get(name)
+        if known is not None:
+            return known
         node = self._root.children.get(name.partition(".")[0])
-        if node is None:
-            return False
-        if "." in name:
+        if node is not None and "." in name:
             for segment in name.split(".")[1:]:
                 node = node.children.get(segment)
                 if node is None:
-                    return False
-        return True
+                    break
+        cache[name] = watched = node is not None
+        return watched
 
     def targets_under(self, module_name: str) -> list[Target]:
         """Targets below ``module_name`` (that module, or one of its submodules, owns them)."""
@@ -183,7 +192,10 @@ class Registry:
         return found
 
     def owner_names(self) -> list[str]:
-        """Every module name that may own a target, or is one (for catching up on missed imports)."""
+        """Every module name that may own a target, or is one (for catching up on missed imports), sorted."""
+        cached = self._owner_names
+        if cached is not None:
+            return cached
         names: list[str] = []
         stack = [(name, node) for name, node in self._root.children.items()]
         while stack:
@@ -193,6 +205,8 @@ class Registry:
                 stack.extend((f"{name}.{segment}", child) for segment, child in node.children.items())
             elif node.target is not None:
                 names.append(name)  # a whole-module target is a module name too
+        names.sort()
+        self._owner_names = names
         return names
 
     def get(self, name: str) -> Target | None:
@@ -217,6 +231,8 @@ class Registry:
         with self._lock:
             self._targets.clear()
             self._root = _Node()
+            self._owner_names = None
+            self._watch_cache = {}
 
     def after_fork_in_child(self) -> None:
         self._lock = threading.RLock()

@@ -136,9 +136,11 @@ class Target:
         existing = self._in_place_at(resolved.holder, resolved.name)
         if existing is not None and existing.registration is not None and existing.registration in selection.candidates:
             return None  # already in place: the same module body is not patched twice
-        cause = unusable(module, attr_path, resolved, _version_note(self.name)) if existing is None else None
-        if cause is not None and not any(r.create for r in selection.candidates):
-            return self._missing(first, cause, ctx)
+        if existing is None and not any(r.create for r in selection.candidates):
+            # (only now: saying why reads the module's source, which is not free)
+            cause = unusable(module, attr_path, resolved, _version_note(self.name))
+            if cause is not None:
+                return self._missing(first, cause, ctx)
         if existing is not None:  # a re-registration replaces our own impl: keep the upstream original
             resolved = Resolved(resolved.holder, resolved.name, existing.original, existing.previous_own is not ABSENT)
         for registration in selection.candidates:
@@ -276,10 +278,11 @@ class Target:
         try:
             return load_impl(registration.impl)
         except Exception:
-            if _impl_module_initializing(registration):
+            loading = _impl_module_initializing(registration)
+            if loading is not None:
                 # It imported this target's module at its top (while loading the impl of another
                 # target): its names are not all defined yet. Not broken: try once it has loaded.
-                raise ImplStillLoading(f"its impl module is still loading ({registration.impl_name})") from None
+                raise ImplStillLoading(f"its impl module {loading} is still loading", blocker=loading) from None
             raise
 
     # ------------------------------------------------------------------ outcome
@@ -426,16 +429,17 @@ def _failures(target: Target, failed: list[Registration]) -> str:
     return ", ".join(f"vendor {r.vendor!r} failed ({target._failed[id(r)]})" for r in failed)
 
 
-def _impl_module_initializing(registration: Registration) -> bool:
-    """Whether the module a string impl lives in is being imported right now."""
+def _impl_module_initializing(registration: Registration) -> str | None:
+    """The name of the module a string impl lives in, if it is being imported right now."""
     if not isinstance(registration.impl, str):
-        return False
+        return None
     path = registration.impl.replace(":", ".").split(".")
     for end in range(len(path), 0, -1):
-        module = sys.modules.get(".".join(path[:end]))
+        name = ".".join(path[:end])
+        module = sys.modules.get(name)
         if isinstance(module, types.ModuleType):
-            return initializing(module)
-    return False
+            return name if initializing(module) else None
+    return None
 
 
 def initializing(module: types.ModuleType) -> bool:

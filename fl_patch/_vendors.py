@@ -98,7 +98,7 @@ class VendorChoice:
                 torch = sys.modules.get("torch")
                 spec = getattr(torch, "__spec__", None)
                 if isinstance(torch, types.ModuleType) and getattr(spec, "_initializing", False):
-                    raise PlatformNotReady("torch is still importing")
+                    raise PlatformNotReady("torch is still importing", blocker="torch")
                 try:
                     self._platform = detect_platform()
                 except Exception as exc:  # noqa: BLE001  (detection must never break an import)
