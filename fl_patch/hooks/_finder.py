@@ -53,7 +53,7 @@ class PatchingFinder:
         try:
             meta_path.remove(self)
         except ValueError:
-            pass
+            return  # not in sys.meta_path at all (uninstalled, or asked directly): not ours to insert
         meta_path.insert(0, self)
         self._observer.meta_path_changed()
 
