@@ -395,7 +395,7 @@ def bench_qkv_rope() -> None:
 
 
 # Attention shapes: the 0.85B GPT's, and the issue's [s 4096, 16 heads, 8 kv heads, d 128] at the
-# 1.31B stand-in's micro-batch 2 (tests/support/gems_gpt.py --preset llama131).
+# 1.31B stand-in's micro-batch 2 (tests/support/flaggems/gems_gpt.py --preset llama131).
 ATTENTION_SHAPES = ((2048, 4, 16, 4, 128), (4096, 2, 16, 8, 128))
 
 

@@ -42,7 +42,7 @@ E2E=/tmp/gems_e2e                 # every end-to-end run's JSON, merged into $OU
 WARM=/tmp/gems_warm               # the triton and autotune caches the warm pack runs share
 COLD=/tmp/gems_cold
 mkdir -p "$E2E"
-gpt=(python3 tests/support/gems_gpt.py --mode throughput)
+gpt=(python3 tests/support/flaggems/gems_gpt.py --mode throughput)
 warm=(MG_FL_PREFER=flaggems TRITON_CACHE_DIR=$WARM/triton FL_GEMS_CACHE_DIR=$WARM/gems)
 for s in $STAGES; do
   case $s in

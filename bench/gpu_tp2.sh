@@ -17,7 +17,7 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 
 export PYTHONWARNINGS="ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning"
 nvidia-smi --query-gpu=index,name,memory.total --format=csv
 python3 -c "import torch; print('gpus', torch.cuda.device_count())"
-tp2=(python3 -m torch.distributed.run --standalone --nproc-per-node 2 tests/support/gems_gpt.py)
+tp2=(python3 -m torch.distributed.run --standalone --nproc-per-node 2 tests/support/flaggems/gems_gpt.py)
 for mode in upstream pack pack_sp; do
   case $mode in
     upstream) env=(FL_PATCH=0); extra=() ;;

@@ -114,8 +114,10 @@ class NameBindings:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # id(installed) -> its patch; weak: a patch its target dropped goes with it
+        # id(installed) -> its patch; weak: a patch its target dropped goes with it. The plain set of
+        # keys is what a module's scan tests (a WeakValueDictionary's `in` is a Python call).
         self._installed: weakref.WeakValueDictionary[int, AppliedPatch] = weakref.WeakValueDictionary()
+        self._installed_ids: set[int] = set()
 
     def rebind(self, applied: list[AppliedPatch], window: int | None) -> None:
         """Point names bound to these patches' originals at the impls, in modules since ``window``."""
@@ -129,6 +131,7 @@ class NameBindings:
             owners[id(patch.original)] = patch
             with self._lock:
                 self._installed[id(patch.installed)] = patch
+                self._installed_ids.add(id(patch.installed))
             impl_module = getattr(patch.installed, "__module__", None)
             if isinstance(impl_module, str):
                 skip.add(impl_module)  # the impl's own module keeps the original (seed pattern)
@@ -146,7 +149,8 @@ class NameBindings:
 
     def record_later(self, module: object) -> None:
         """Names ``module`` imported from a patched place (``from .clip_grads import get_grad_norm_fp32``)."""
-        if not self._installed:
+        ids = self._installed_ids
+        if not ids:
             return
         try:
             namespace = object.__getattribute__(module, "__dict__")
@@ -154,9 +158,9 @@ class NameBindings:
             return
         installed = self._installed
         try:
-            items = [(name, value) for name, value in namespace.items() if id(value) in installed]
+            items = [(name, value) for name, value in namespace.items() if id(value) in ids]
         except RuntimeError:  # the namespace changed meanwhile (another thread): look at a copy
-            items = [(name, value) for name, value in list(namespace.items()) if id(value) in installed]
+            items = [(name, value) for name, value in list(namespace.items()) if id(value) in ids]
         for name, value in items:
             patch = installed.get(id(value))
             if patch is None or patch.installed is not value or name != patch.name or module is patch.holder:
@@ -169,3 +173,4 @@ class NameBindings:
     def clear(self) -> None:
         with self._lock:
             self._installed.clear()
+            self._installed_ids.clear()

@@ -207,7 +207,8 @@ class Engine:
             if targets:
                 self._apply([(current, name, targets)], window=modules_before, late=False)
             self.bindings.record_later(current)
-            self._note_unobserved(modules_before)
+            if self.registry.watches(name):  # only a module that may own targets stores others (see below)
+                self._note_unobserved(modules_before)
             if self._catch_up_due or ((self._waiting_on or self._pending) and self._waited_for_loaded()):
                 self.catch_up()
         except (FlPatchError, KeyboardInterrupt):
@@ -392,6 +393,7 @@ class Engine:
         with self.lock:
             ready = [entry for entry in self._pending if not _still_loading(entry[4])]
             self._pending = [entry for entry in self._pending if entry not in ready]
+        applied = []
         for target, module, name, attr_path, _ in ready:
             try:
                 patch = target.apply(module, name, attr_path, self, late=False)
@@ -400,7 +402,9 @@ class Engine:
                     self._pending.append((target, module, name, attr_path, exc.blocker))
                 continue
             if patch is not None:
-                self.bindings.rebind([patch], None)  # later than its module's load: sweep everything
+                applied.append(patch)
+        if applied:
+            self.bindings.rebind(applied, None)  # later than their modules' load: one sweep of everything
 
     def _substitute_loaded(self, target: Target, module: types.ModuleType) -> None:
         patch = target.substitute_loaded(module, self)

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 SUPPORT = Path(__file__).resolve().parent / "support"
 # tests/support is grouped by feature; each group is a directory on sys.path (pyproject.toml
 # lists the same ones for pytest), so support modules keep short top-level names.
-SUPPORT_GROUPS = ("activation", "plugins", "flagscale", "faults")
+SUPPORT_GROUPS = ("activation", "plugins", "flagscale", "faults", "flaggems")
 SUPPORT_PATH = [SUPPORT, *(SUPPORT / group for group in SUPPORT_GROUPS)]
 
 

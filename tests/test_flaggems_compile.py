@@ -1,7 +1,7 @@
 """Every Triton kernel of the FlagGems pack compiles for sm_90 (H100/H200) on this CPU-only machine.
 
 The interpreter tests run the kernels as Python; this runs the GPU compiler on them
-(``tests/support/gems_compile.py`` says why both), so code only the device's compiler
+(``tests/support/flaggems/gems_compile.py`` says why both), so code only the device's compiler
 rejects fails here instead of on the GPU. Skips without ``.cache/triton-cpu`` (made by
 ``scripts/triton-cpu.sh``, which ``scripts/bootstrap.sh`` runs).
 """
@@ -28,7 +28,7 @@ LAUNCHED_KERNELS = {
 def test_every_kernel_compiles_for_the_gpu(run_python, tmp_path) -> None:
     # A fresh triton cache: a kernel compiled earlier on this machine is compiled again.
     env = triton_env(interpret=False, TRITON_CACHE_DIR=str(tmp_path / "triton-cache"))
-    proc = run_python(str(SUPPORT / "gems_compile.py"), env=env, check=False, timeout=600)
+    proc = run_python(str(SUPPORT / "flaggems" / "gems_compile.py"), env=env, check=False, timeout=600)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     failures = [f"{c['kernel']} {c['constexprs']}: {c['error'][-600:]}" for c in lines[:-1] if not c["ok"]]
     assert proc.returncode == 0 and not failures, failures or proc.stderr[-3000:]

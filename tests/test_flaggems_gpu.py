@@ -1,7 +1,7 @@
 """The FlagGems pack on a CUDA GPU: every op against torch autograd, every impl against upstream, GPT loss curves.
 
 Skipped without a GPU. Three levels:
-1. Ops (``tests/support/gems_checks.py``): forward and every input gradient against
+1. Ops (``tests/support/flaggems/gems_checks.py``): forward and every input gradient against
    torch autograd in fp64 and in the same dtype, fp32 and bf16, contiguous and
    strided, 2-D and 3-D (4-D ops vary batch and heads), odd sizes; for this
    project's kernels (fixed block config: ``FL_GEMS_AUTOTUNE=0`` keeps compile time
@@ -26,7 +26,7 @@ import pytest
 import torch
 
 SUPPORT = Path(__file__).resolve().parent / "support"
-sys.path.insert(0, str(SUPPORT))
+sys.path.insert(0, str(SUPPORT / "flaggems"))
 # FlagGems keeps its tuning results in one sqlite file; one per pytest-xdist worker (no lock contention).
 os.environ.setdefault(
     "FLAGGEMS_DB_URL",
@@ -351,11 +351,11 @@ def test_gpt_loss_curves_agree(run_python, tmp_path) -> None:
     """
     outs = {}
     # keep what the caller put on PYTHONPATH (the GPU machine's wheels live there)
-    pythonpath = os.pathsep.join([str(REPO), str(SUPPORT), os.environ.get("PYTHONPATH", "")])
+    pythonpath = os.pathsep.join([str(REPO), str(SUPPORT / "flaggems"), str(SUPPORT), os.environ.get("PYTHONPATH", "")])
     for name, env in (("pack", {"MG_FL_PREFER": "flaggems"}), ("upstream", {"FL_PATCH": "0"})):
         out = tmp_path / f"{name}.json"
         run_python(
-            str(SUPPORT / "gems_gpt.py"), "--mode", "curve", "--steps", str(GPT_STEPS), "--out", str(out),
+            str(SUPPORT / "flaggems" / "gems_gpt.py"), "--mode", "curve", "--steps", str(GPT_STEPS), "--out", str(out),
             env=clean_env(PYTHONPATH=pythonpath, **env), timeout=600,
         )  # fmt: skip
         outs[name] = json.loads(out.read_text())

@@ -35,7 +35,7 @@ def _failures(cases: list[dict]) -> list[str]:
 
 
 def test_every_kernel_forward_and_backward_against_torch_autograd(run_python) -> None:
-    proc = run_python(str(SUPPORT / "gems_checks.py"), "interpret", env=_env(), check=False, timeout=300)
+    proc = run_python(str(SUPPORT / "flaggems" / "gems_checks.py"), "interpret", env=_env(), check=False, timeout=300)
     cases, summary = _results(proc.stdout)
     assert proc.returncode == 0 and not _failures(cases), _failures(cases) or proc.stderr[-3000:]
     ops = {c["id"].split("[")[0] for c in cases}
@@ -52,7 +52,7 @@ def test_every_kernel_forward_and_backward_against_torch_autograd(run_python) ->
     ids=["square-blocks", "wide-blocks"],
 )
 def test_attention_with_other_block_shapes(run_python, blocks) -> None:
-    proc = run_python(str(SUPPORT / "gems_checks.py"), "interpret", json.dumps(blocks), env=_env(), check=False)
+    proc = run_python(str(SUPPORT / "flaggems" / "gems_checks.py"), "interpret", json.dumps(blocks), env=_env(), check=False)
     cases, _ = _results(proc.stdout)
     assert proc.returncode == 0 and len(cases) == 4 and not _failures(cases), _failures(cases) or proc.stderr[-3000:]
 
@@ -60,7 +60,7 @@ def test_attention_with_other_block_shapes(run_python, blocks) -> None:
 def test_pack_inside_real_megatron_core(run_python) -> None:
     """Every target applied; impls equal upstream (or float64) forward and backward; fallback said once."""
     proc = run_python(
-        str(SUPPORT / "gems_megatron_interpret.py"),
+        str(SUPPORT / "flaggems" / "gems_megatron_interpret.py"),
         env=_env(MG_FL_PREFER="flaggems", GEMS_PORT=str(29500 + os.getpid() % 400)),
         check=False,
     )
@@ -203,7 +203,7 @@ def test_pack_at_tensor_parallel_two_with_and_without_sequence_parallel(run_pyth
         if mode != "upstream":
             extra["MG_FL_PREFER"] = "flaggems"
         proc = run_python(
-            "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(SUPPORT / "gems_tp_interpret.py"),
+            "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(SUPPORT / "flaggems" / "gems_tp_interpret.py"),
             env=_env(**extra), check=False, timeout=300,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]

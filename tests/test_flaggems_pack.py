@@ -218,7 +218,7 @@ def test_megatron_optimizer_steps_with_and_without_the_pack(run_python) -> None:
     """get_megatron_optimizer builds the pack's fused Adam; six clipped steps equal the unfused ones."""
     runs = {}
     for name, extra in (("pack", {"MG_FL_PREFER": "flaggems"}), ("upstream", {})):
-        proc = run_python(str(SUPPORT / "gems_optimizer.py"), env=clean_env(**extra), timeout=300)
+        proc = run_python(str(SUPPORT / "flaggems" / "gems_optimizer.py"), env=clean_env(**extra), timeout=300)
         runs[name] = json.loads(proc.stdout.strip().splitlines()[-1])
     pack, upstream = runs["pack"], runs["upstream"]
     assert set(pack) == {"fp32", "bf16", "bf16_distributed"}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds DEST: a copy of the repository at git HEAD with the working tree's FlagGems-pack paths laid
-# over it (fl_patch/impls/flaggems, tests/test_flaggems_*.py, tests/support/gems_*.py, bench/gpu_*,
+# over it (fl_patch/impls/flaggems, tests/test_flaggems_*.py, tests/support/flaggems/gems_*.py, bench/gpu_*,
 # bench/support/gems_*), for runs while another engineer's working copy of the engine is mid-edit.
 # Run from DEST as from the repository. Usage: bash bench/support/gems_shadow.sh DEST
 set -euo pipefail
@@ -12,7 +12,7 @@ git -C "$repo" archive HEAD | tar -x -C "$dest"
 rm -rf "$dest/fl_patch/impls/flaggems"
 cp -r "$repo/fl_patch/impls/flaggems" "$dest/fl_patch/impls/flaggems"
 cp "$repo"/tests/test_flaggems_*.py "$dest/tests/"
-cp "$repo"/tests/support/gems_*.py "$dest/tests/support/"
+mkdir -p "$dest/tests/support/flaggems" && cp "$repo"/tests/support/flaggems/gems_*.py "$dest/tests/support/flaggems/"
 cp "$repo"/bench/gpu_* "$dest/bench/"
 mkdir -p "$dest/bench/support"
 cp "$repo"/bench/support/gems_* "$dest/bench/support/"
