@@ -174,8 +174,10 @@ def test_flagscale_training_targets_resolve_under_check() -> None:
     assert set(training) == set(WITHOUT)
     for target, verdict in training.items():
         assert verdict["impl_loaded"] and verdict["engine_status"] == "applied", verdict
-        expected = {"torch.Tensor.cuda": "warning", "typing.override": "warning"}.get(target, "ok")
-        assert verdict["level"] == expected, verdict  # a builtin's signature cannot be read; a created name
+        expected = {"typing.override": "warning"}.get(target, "ok")  # a created name is a warning
+        assert verdict["level"] == expected, verdict
+    # A C method's signature cannot be read: nothing to compare, said as such, not a warning.
+    assert found["torch.Tensor.cuda"]["signature"] == "not compared"
     assert not found["typing.override"]["target_found"]  # Python 3.11: created, as registered
 
 
