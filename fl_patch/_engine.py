@@ -6,10 +6,11 @@ targets or modules at once:
 
 - after a module body ran, the targets that module owns are applied, then the names
   that modules loaded *during* that body bound to the originals are swept (``_aliases``);
-- every module of an observed package (all of ``megatron``, and each target's top-level
-  package) that imports a patched name later is recorded, so ``uninstall()`` restores
-  exactly the names fl_patch knows about and nothing else;
-- a target whose impl module was still loading is retried once it has loaded;
+- every module it observes (all of ``megatron``, and the packages on each target's path)
+  that imports a patched name later is recorded, so ``uninstall()`` restores exactly the
+  names fl_patch knows about and nothing else;
+- a target that cannot be applied yet (its impl module is still loading, or torch itself
+  is, so no vendor can be chosen) is retried once that module has loaded;
 - *catching up*: a module that finished loading without passing through the hook
   (another import hook handled it, ``sys.meta_path`` was reset, or its targets were
   registered while it was importing) is patched at the next chance, with a warning
@@ -65,7 +66,6 @@ class Engine:
         self._served: dict[str, str] = {}  # module name -> fl_patch module served when none is installed
         self._on_load: dict[str, Callable[[types.ModuleType], None]] = {}  # module name -> run after its body
         self._trigger_roots: frozenset[str] = frozenset()  # FL_PATCH_TRIGGERS: their load runs the deferred sources
-        self._observed_roots = OBSERVED_ROOTS
         self._deferred: Callable[[], None] | None = None
         self._executing: set[str] = set()  # watched module bodies running right now
         self._processed: dict[str, weakref.ref[types.ModuleType]] = {}  # name -> the module object handled
@@ -155,7 +155,7 @@ class Engine:
             self.catch_up()
         root = fullname.partition(".")[0]
         return (
-            root in self._observed_roots
+            root in OBSERVED_ROOTS
             or self.registry.watches(fullname)
             or fullname in self._served
             or root in self._trigger_roots

@@ -52,7 +52,9 @@ def test_every_kernel_forward_and_backward_against_torch_autograd(run_python) ->
     ids=["square-blocks", "wide-blocks"],
 )
 def test_attention_with_other_block_shapes(run_python, blocks) -> None:
-    proc = run_python(str(SUPPORT / "flaggems" / "gems_checks.py"), "interpret", json.dumps(blocks), env=_env(), check=False)
+    proc = run_python(
+        str(SUPPORT / "flaggems" / "gems_checks.py"), "interpret", json.dumps(blocks), env=_env(), check=False
+    )
     cases, _ = _results(proc.stdout)
     assert proc.returncode == 0 and len(cases) == 4 and not _failures(cases), _failures(cases) or proc.stderr[-3000:]
 
