@@ -57,6 +57,7 @@ import torch.nn.parallel
 import torch.utils._device
 
 from . import cuda_stand_ins
+from .cuda_on_cpu_registry import FACTORY_NAMES
 from .cuda_stand_ins import CPU, Event, Stream, cpu_device, is_cuda_device
 
 __all__ = [
@@ -145,34 +146,7 @@ def _mark(wrapper: Callable[..., Any], original: Any, name: str) -> Callable[...
 
 
 # --------------------------------------------------------------------------- devices in arguments
-FACTORIES: tuple[str, ...] = (
-    "arange",
-    "as_tensor",
-    "asarray",
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "eye",
-    "full",
-    "full_like",
-    "linspace",
-    "logspace",
-    "ones",
-    "ones_like",
-    "rand",
-    "rand_like",
-    "randint",
-    "randint_like",
-    "randn",
-    "randn_like",
-    "randperm",
-    "scalar_tensor",
-    "tensor",
-    "tril_indices",
-    "triu_indices",
-    "zeros",
-    "zeros_like",
-)
+FACTORIES: tuple[str, ...] = FACTORY_NAMES
 """Tensor factories of ``torch`` that take a ``device`` keyword (each ``torch.<name>`` is redirected)."""
 
 

@@ -26,7 +26,9 @@ from collections.abc import Mapping
 from fl_patch import register
 
 __all__ = [
+    "FACTORY_NAMES",
     "MEGATRON_TARGETS",
+    "RNG_NAMES",
     "SWITCH",
     "TORCH_ROOT_TARGETS",
     "TORCH_SUBMODULE_TARGETS",
@@ -46,7 +48,7 @@ _T = "fl_patch.impls.cpu.cuda_on_cpu"
 _S = "fl_patch.impls.cpu.cuda_stand_ins"
 _M = "fl_patch.impls.cpu.cuda_on_cpu_megatron"
 
-_FACTORIES = (
+FACTORY_NAMES: tuple[str, ...] = (
     "arange",
     "as_tensor",
     "asarray",
@@ -73,9 +75,11 @@ _FACTORIES = (
     "triu_indices",
     "zeros",
     "zeros_like",
-)  # the same list as cuda_on_cpu.FACTORIES (a test checks), kept here so that registering imports no torch
+)
+"""Tensor factories of ``torch`` that take a ``device`` keyword; here, so that registering imports no torch
+(``cuda_on_cpu`` and the CPU views of ``torch_view`` use this list too)."""
 
-_RNG = (
+RNG_NAMES: tuple[str, ...] = (
     "get_rng_state",
     "set_rng_state",
     "get_rng_state_all",
@@ -89,7 +93,7 @@ _RNG = (
 
 TORCH_ROOT_TARGETS: tuple[tuple[str, str], ...] = (
     # devices in arguments: names of the module ``torch`` itself
-    *((f"torch.{name}", f"{_T}.factory_{name}") for name in _FACTORIES),
+    *((f"torch.{name}", f"{_T}.factory_{name}") for name in FACTORY_NAMES),
     ("torch.Tensor.to", f"{_T}.tensor_to"),
     *(
         (f"torch.Tensor.{name}", f"{_T}.tensor_{name}")
@@ -121,7 +125,7 @@ TORCH_SUBMODULE_TARGETS: tuple[tuple[str, str], ...] = (
     ("torch.cuda.streams.Stream.__new__", f"{_T}.stream_new"),
     ("torch.cuda.streams.Event.__new__", f"{_T}.event_new"),
     # torch.cuda: the RNG is the CPU generator
-    *((f"torch.cuda.random.{name}", f"{_S}.{name}") for name in _RNG),
+    *((f"torch.cuda.random.{name}", f"{_S}.{name}") for name in RNG_NAMES),
     # torch.cuda.nvtx: profiler annotations
     ("torch.cuda.nvtx.range_push", f"{_S}.nvtx_range_push"),
     ("torch.cuda.nvtx.range_pop", f"{_S}.nvtx_range_pop"),

@@ -53,6 +53,7 @@ import torch
 
 from . import cuda_stand_ins
 from ._compat import warn_if_unverified
+from .cuda_on_cpu_registry import FACTORY_NAMES, RNG_NAMES
 from .cuda_stand_ins import CPU, Event, Stream, cpu_device, default_stream
 
 __all__ = ["CPU_TORCH", "CPU_TORCH_ONE_DEVICE", "CpuTorchView", "CudaOnCpu", "Event", "Stream", "cpu_device"]
@@ -61,27 +62,8 @@ warn_if_unverified()
 
 _CPU = CPU
 
-# torch functions that take a ``device`` keyword and that megatron calls with "cuda".
-_FACTORIES = (
-    "arange",
-    "as_tensor",
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "eye",
-    "full",
-    "full_like",
-    "linspace",
-    "ones",
-    "ones_like",
-    "rand",
-    "randint",
-    "randn",
-    "randperm",
-    "tensor",
-    "zeros",
-    "zeros_like",
-)
+# torch functions that take a ``device`` keyword (megatron calls them with "cuda").
+_FACTORIES = FACTORY_NAMES
 
 
 def _on_cpu(factory: Callable[..., Any]) -> Callable[..., Any]:
@@ -107,17 +89,7 @@ class _Nvtx(types.ModuleType):
         self.range = cuda_stand_ins.nvtx_range
 
 
-_RNG_FUNCTIONS = (
-    "get_rng_state",
-    "set_rng_state",
-    "get_rng_state_all",
-    "set_rng_state_all",
-    "manual_seed",
-    "manual_seed_all",
-    "seed",
-    "seed_all",
-    "initial_seed",
-)
+_RNG_FUNCTIONS = RNG_NAMES
 
 
 class _CudaRandom(types.ModuleType):
