@@ -37,6 +37,7 @@ __all__ = [
     "build_replacement",
     "install",
     "install_module",
+    "module_patch",
     "revert",
 ]
 
@@ -222,15 +223,31 @@ def install_module(
     if parent is not None:
         previous_own = vars(parent).get(child, NO_ORIGINAL)
         setattr(parent, child, replacement)
+    return module_patch(
+        target, replacement, original=module, previous_own=previous_own, late=True, registration=registration
+    )
+
+
+def module_patch(
+    target: str,
+    installed: types.ModuleType,
+    *,
+    original: object,
+    previous_own: object,
+    late: bool,
+    registration: Registration | None,
+) -> AppliedPatch:
+    """The record of a whole module put in sys.modules under ``target`` (before or after its import)."""
+    parent_name, _, child = target.rpartition(".")
     return AppliedPatch(
         target=target,
-        holder_ref=hold(parent),
+        holder_ref=hold(sys.modules.get(parent_name)),
         name=child,
         kind=Kind.MODULE,
         previous_own=previous_own,
-        original=module,
-        installed=replacement,
-        late=True,
+        original=original,
+        installed=installed,
+        late=late,
         whole_module=True,
         registration=registration,
     )

@@ -33,9 +33,9 @@ from ._apply import (
     AppliedPatch,
     ImplMismatch,
     build_replacement,
-    hold,
     install,
     install_module,
+    module_patch,
     revert,
 )
 from ._errors import ImplStillLoading, NotYet, PlatformNotReady
@@ -205,18 +205,8 @@ class Target:
             impl = self._module_impl(registration, ctx)
             if impl is None:
                 continue
-            parent_name, _, child = self.name.rpartition(".")
-            patch = AppliedPatch(
-                target=self.name,
-                holder_ref=hold(sys.modules.get(parent_name)),
-                name=child,
-                kind=Kind.MODULE,
-                previous_own=NO_ORIGINAL,
-                original=NO_ORIGINAL,
-                installed=impl,
-                late=False,
-                whole_module=True,
-                registration=registration,
+            patch = module_patch(
+                self.name, impl, original=NO_ORIGINAL, previous_own=NO_ORIGINAL, late=False, registration=registration
             )
             with ctx.lock:
                 self._applied(patch, registration, False, "replaced before its first import")

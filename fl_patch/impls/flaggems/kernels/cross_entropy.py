@@ -111,6 +111,25 @@ def _ce_fwd_partial(
     tl.store(PRED + row, predicted)
 
 
+def _logits_grad(
+    x2: torch.Tensor, target1: torch.Tensor, lse: torch.Tensor, grad: torch.Tensor, smoothing: float, *, start: int
+) -> torch.Tensor:
+    """d loss / d logits for rows ``x2`` whose columns begin at vocabulary index ``start``:
+    one read of the logits, softmax minus the (smoothed) one-hot, times the incoming grad."""
+    n, vocab = x2.shape
+    grad1 = grad.reshape(-1)
+    if not grad1.is_contiguous():
+        grad1 = grad1.contiguous()
+    dx = torch.empty((n, vocab), dtype=x2.dtype, device=x2.device)
+    block, warps = _block(vocab)
+    if n > 0:
+        run(
+            _ce_bwd, (n,), x2, target1, lse, grad1, dx, vocab, x2.stride(0), vocab, smoothing, start,
+            BLOCK=block, num_warps=warps,
+        )  # fmt: skip
+    return dx
+
+
 class CrossEntropyFunction(torch.autograd.Function):
     """Per-token loss of ``logits`` [..., V] against ``target`` [...]; fp32 loss, grad in the logits dtype."""
 
@@ -139,17 +158,7 @@ class CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         x2, target1, lse = ctx.saved_tensors
-        n, vocab = x2.shape
-        grad1 = grad.reshape(-1)
-        if not grad1.is_contiguous():
-            grad1 = grad1.contiguous()
-        dx = torch.empty((n, vocab), dtype=x2.dtype, device=x2.device)
-        block, warps = _block(vocab)
-        if n > 0:
-            run(
-                _ce_bwd, (n,), x2, target1, lse, grad1, dx, vocab, x2.stride(0), vocab, ctx.smoothing, 0,
-                BLOCK=block, num_warps=warps,
-            )  # fmt: skip
+        dx = _logits_grad(x2, target1, lse, grad, ctx.smoothing, start=0)
         return dx.view(ctx.logits_shape), None, None
 
 
@@ -201,17 +210,7 @@ class VocabParallelCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None]:
         x2, target1, lse = ctx.saved_tensors
-        n, vocab = x2.shape
-        grad1 = grad.reshape(-1)
-        if not grad1.is_contiguous():
-            grad1 = grad1.contiguous()
-        dx = torch.empty((n, vocab), dtype=x2.dtype, device=x2.device)
-        block, warps = _block(vocab)
-        if n > 0:
-            run(
-                _ce_bwd, (n,), x2, target1, lse, grad1, dx, vocab, x2.stride(0), vocab, 0.0, ctx.start,
-                BLOCK=block, num_warps=warps,
-            )  # fmt: skip
+        dx = _logits_grad(x2, target1, lse, grad, 0.0, start=ctx.start)
         return dx.view(ctx.logits_shape), None, None, None, None
 
 
