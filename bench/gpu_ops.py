@@ -666,7 +666,7 @@ def bench_launch() -> None:
     import io
     import pstats
 
-    from fl_patch.impls.flaggems.kernels import LEAN_STATS
+    from fl_patch.impls.flaggems.kernels import LEAN_STATS, reload_settings
 
     def norm_case(rows: int) -> tuple:
         x = torch.randn(rows, HIDDEN, device=DEV, dtype=BF16, requires_grad=True)
@@ -715,6 +715,7 @@ def bench_launch() -> None:
             print(f"  host {name:28s} torch                {host:8.1f} us host {wall:8.1f} us wall", flush=True)
         for mode in ("1", "0"):
             os.environ["FL_GEMS_LEAN_LAUNCH"] = mode
+            reload_settings()
             try:
                 before = dict(LEAN_STATS)
                 host, wall = measure(fn, grads)
@@ -737,6 +738,7 @@ def bench_launch() -> None:
                 )
             finally:
                 os.environ.pop("FL_GEMS_LEAN_LAUNCH", None)
+                reload_settings()
     if not DRY:
         torch.cuda.empty_cache()
 

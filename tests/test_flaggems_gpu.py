@@ -43,9 +43,17 @@ pytestmark = [
 ]
 
 
+def _knob(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+    """Set a launch knob for this test: the kernels read FL_GEMS_AUTOTUNE / FL_GEMS_LEAN_LAUNCH once."""
+    from fl_patch.impls.flaggems import kernels
+
+    monkeypatch.setenv(name, value)
+    monkeypatch.setattr(kernels, "SETTINGS", kernels.LaunchSettings.from_env())
+
+
 @pytest.fixture(autouse=True)
 def _fixed_kernel_configs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FL_GEMS_AUTOTUNE", "0")
+    _knob(monkeypatch, "FL_GEMS_AUTOTUNE", "0")
     monkeypatch.setenv("FL_GEMS_AUTOTUNE_CACHE", "0")  # a test that tunes tunes (no picks from earlier runs)
 
 
@@ -404,7 +412,7 @@ def test_flaggems_backend_matches_torch_autograd(case: gems_checks.Case) -> None
 
 
 def test_autotuned_attention_at_training_shape(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FL_GEMS_AUTOTUNE", "1")
+    _knob(monkeypatch, "FL_GEMS_AUTOTUNE", "1")
     case = gems_checks.Case("attention", "bf16", "qkv_slice", (2048, 2048, 1, 16, 4, 128), {"causal": True})
     result = gems_checks.check(case, "cuda")
     assert not result["problems"], _report(result)
@@ -422,7 +430,7 @@ def test_autotuned_attention_at_training_shape(monkeypatch: pytest.MonkeyPatch) 
 def test_autotuned_norms_at_training_shape(monkeypatch: pytest.MonkeyPatch, case: gems_checks.Case) -> None:
     # The tuner runs every backward config with its partial-sum reduction (a post-hook):
     # what it leaves behind must not leak into the result of the call being tuned.
-    monkeypatch.setenv("FL_GEMS_AUTOTUNE", "1")
+    _knob(monkeypatch, "FL_GEMS_AUTOTUNE", "1")
     result = gems_checks.check(case, "cuda")
     assert not result["problems"], _report(result)
 
@@ -467,9 +475,9 @@ def test_lean_launch_gives_what_triton_launch_gives(monkeypatch: pytest.MonkeyPa
     """Repeated launches skip triton's binder; at every address alignment they compute what triton's path computes."""
     from fl_patch.impls.flaggems.kernels import _LEAN, LEAN_STATS
 
-    monkeypatch.setenv("FL_GEMS_LEAN_LAUNCH", "0")
+    _knob(monkeypatch, "FL_GEMS_LEAN_LAUNCH", "0")
     want = {offset: _every_op_once(offset) for offset in (0, 3)}  # 3 bf16 elements: 6-byte aligned pointers
-    monkeypatch.setenv("FL_GEMS_LEAN_LAUNCH", "1")
+    _knob(monkeypatch, "FL_GEMS_LEAN_LAUNCH", "1")
     _LEAN.clear()
     before = dict(LEAN_STATS)
     for offset in (0, 0, 3, 0, 3):  # first call of a signature through triton, the rest lean
@@ -586,9 +594,9 @@ def test_lean_launch_follows_a_grid_no_argument_carries(monkeypatch: pytest.Monk
         freqs = torch.randn(seq, 1, 1, 128, device="cuda", generator=gen)
         return ops.rotary(t, freqs, 1.0, False)
 
-    monkeypatch.setenv("FL_GEMS_LEAN_LAUNCH", "0")
+    _knob(monkeypatch, "FL_GEMS_LEAN_LAUNCH", "0")
     want = {seq: rotate(seq) for seq in (64, 8, 200)}
-    monkeypatch.setenv("FL_GEMS_LEAN_LAUNCH", "1")
+    _knob(monkeypatch, "FL_GEMS_LEAN_LAUNCH", "1")
     for seq in (64, 64, 8, 200, 8):
         got = rotate(seq)
         torch.cuda.synchronize()

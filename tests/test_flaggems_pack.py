@@ -278,7 +278,7 @@ def test_lean_launch_keys_on_the_arguments_and_takes_each_call_s_grid(monkeypatc
 
     from fl_patch.impls.flaggems import kernels
 
-    monkeypatch.setattr(kernels, "lean_launch_enabled", lambda: True)
+    monkeypatch.setattr(kernels, "SETTINGS", kernels.LaunchSettings(autotune=False, lean=True))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     knobs = SimpleNamespace(runtime=SimpleNamespace(launch_enter_hook=SimpleNamespace(calls=[]), launch_exit_hook=None))
     monkeypatch.setattr(kernels, "_TRITON", [knobs, SimpleNamespace(get_current_stream=lambda device: 77)])

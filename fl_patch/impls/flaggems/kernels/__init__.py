@@ -13,6 +13,9 @@ Shared conventions, and why:
   copied once (``rows()``).
 - Arithmetic is in fp32 whatever the storage dtype; outputs are rounded once.
 - Row statistics saved for backward (rstd, mean, log-sum-exp) are fp32.
+- Host code uses ``cdiv``/``next_power_of_2`` from here, not triton's: in triton 3.6
+  those are ``constexpr_function`` objects whose call unwraps every argument and reads
+  a knob, about 8 us a call on a 2-core CPU, twelve of them an RMSNorm forward+backward.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import inspect
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -30,16 +34,31 @@ from .._runtime import interpreting
 
 __all__ = [
     "LEAN_STATS",
+    "SETTINGS",
     "TUNE_STORE",
+    "LaunchSettings",
     "TuneStore",
     "autotune_enabled",
+    "cdiv",
     "graph_timed",
     "launch",
     "lean_launch_enabled",
     "multiprocessors",
+    "next_power_of_2",
+    "reload_settings",
     "rows",
     "run",
 ]
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for host code (triton.cdiv is a constexpr function: slow to call from Python)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of 2 >= n (0 for 0, as triton's), for host code."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
 def rows(tensor: torch.Tensor, width: int) -> torch.Tensor:
@@ -62,14 +81,44 @@ def multiprocessors(device: torch.device) -> int:
     return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
+@dataclass(frozen=True)
+class LaunchSettings:
+    """The launch knobs, read from the environment when the kernels load (``reload_settings()`` reads again).
+
+    Not read at every launch: an ``os.environ`` lookup costs about 3 us of Python, and a
+    forward+backward of a norm asked for five of them.
+    """
+
+    autotune: bool  # FL_GEMS_AUTOTUNE=0: one fixed config per kernel (tests: far fewer compiles)
+    lean: bool  # FL_GEMS_LEAN_LAUNCH=0: every launch through triton's own path
+
+    @classmethod
+    def from_env(cls) -> LaunchSettings:
+        interpret = interpreting()
+        return cls(
+            autotune=os.environ.get("FL_GEMS_AUTOTUNE", "1") != "0" and not interpret,
+            lean=os.environ.get("FL_GEMS_LEAN_LAUNCH", "1") != "0" and not interpret,
+        )
+
+
+SETTINGS = LaunchSettings.from_env()
+
+
+def reload_settings() -> LaunchSettings:
+    """Read ``FL_GEMS_AUTOTUNE`` and ``FL_GEMS_LEAN_LAUNCH`` again (after a change in this process)."""
+    global SETTINGS
+    SETTINGS = LaunchSettings.from_env()
+    return SETTINGS
+
+
 def autotune_enabled() -> bool:
-    """Autotune on a GPU unless ``FL_GEMS_AUTOTUNE=0`` (tests: one fixed config, far fewer compiles)."""
-    return os.environ.get("FL_GEMS_AUTOTUNE", "1") != "0" and not interpreting()
+    """Autotune on a GPU unless ``FL_GEMS_AUTOTUNE=0``."""
+    return SETTINGS.autotune
 
 
 def lean_launch_enabled() -> bool:
     """Whether a repeated launch skips triton's binder and autotuner (``FL_GEMS_LEAN_LAUNCH=0``: never)."""
-    return os.environ.get("FL_GEMS_LEAN_LAUNCH", "1") != "0" and not interpreting()
+    return SETTINGS.lean
 
 
 # ------------------------------------------------------------------------- lean launches
@@ -90,15 +139,22 @@ _OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_
 
 
 def _signature(args: tuple, kwargs: dict) -> tuple:
-    key: list[object] = []
-    for arg in args:
-        if isinstance(arg, torch.Tensor):
-            key.append((arg.dtype, arg.data_ptr() % 16 == 0))
-        elif isinstance(arg, float):
-            key.append(float)  # passed by value, never specialized
-        else:
-            key.append(arg)
-    return (*key, *sorted(kwargs.items()))
+    # Ints and bools as they are (triton specializes on them), floats by type (passed by value,
+    # never specialized), tensors by dtype and 16-byte alignment; a call site passes its
+    # keywords in one order. Class identity first: isinstance on every argument cost more.
+    return (
+        *[
+            a
+            if (c := a.__class__) is int or c is bool
+            else float
+            if c is float
+            else (a.dtype, not a.data_ptr() & 15)
+            if isinstance(a, torch.Tensor)
+            else a
+            for a in args
+        ],
+        *kwargs.items(),
+    )
 
 
 def _jit(kernel: object) -> object:
@@ -144,7 +200,7 @@ def _hooks_wanted(knobs: object) -> bool:
     return False
 
 
-def _run_lean(entry: tuple, args: tuple, grid: tuple[int, int, int]) -> bool:
+def _run_lean(entry: tuple, args: tuple, grid: tuple[int, int, int], device: int) -> bool:
     if not _TRITON:
         from triton import knobs
         from triton.runtime.driver import driver
@@ -154,7 +210,7 @@ def _run_lean(entry: tuple, args: tuple, grid: tuple[int, int, int]) -> bool:
     if _hooks_wanted(knobs):
         return False  # a profiler's hooks: triton's own path calls them
     compiled, tail = entry[0], entry[1]
-    stream = active.get_current_stream(torch.cuda.current_device())
+    stream = active.get_current_stream(device)
     # no hooks: the launcher skips them (None), and no launch metadata is built
     compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *tail)
     return True
@@ -162,11 +218,12 @@ def _run_lean(entry: tuple, args: tuple, grid: tuple[int, int, int]) -> bool:
 
 def run(kernel: object, grid: tuple[int, ...], *args: object, **kwargs: object) -> None:
     """``kernel[grid](*args, **kwargs)`` (constexprs and ``num_warps`` in ``kwargs``), lean when repeated."""
-    lean = lean_launch_enabled()
+    lean = SETTINGS.lean
     if lean:
-        site = (id(kernel), torch.cuda.current_device(), _signature(args, kwargs))
+        device = torch.cuda.current_device()
+        site = (id(kernel), device, _signature(args, kwargs))
         entry = _LEAN.get(site)
-        if entry is not None and _run_lean(entry, args, _grid3(grid)):
+        if entry is not None and _run_lean(entry, args, _grid3(grid), device):
             LEAN_STATS["lean"] += 1
             return
     LEAN_STATS["triton"] += 1
@@ -192,12 +249,14 @@ def launch(
     repeated call at the same argument signature launches the compiled kernel directly
     (the grid is computed again for every call).
     """
-    tune = tuned is not None and autotune_enabled()
-    lean = lean_launch_enabled()
+    settings = SETTINGS
+    tune = tuned is not None and settings.autotune
+    lean = settings.lean
     if lean:
-        site = (id(tuned) if tune else id(kernel), tune, torch.cuda.current_device(), _signature(args, kwargs))
+        device = torch.cuda.current_device()
+        site = (id(tuned) if tune else id(kernel), tune, device, _signature(args, kwargs))
         entry = _LEAN.get(site)
-        if entry is not None and _run_lean(entry, args, _grid3(grid(entry[3]))):
+        if entry is not None and _run_lean(entry, args, _grid3(grid(entry[3])), device):
             LEAN_STATS["lean"] += 1
             return entry[2]
     LEAN_STATS["triton"] += 1

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from .._runtime import interpreting
-from . import graph_timed, launch, run
+from . import cdiv, graph_timed, launch, next_power_of_2, run
 
 __all__ = ["MAX_HEAD_DIM", "FlashAttentionFunction", "flash_attention"]
 
@@ -392,13 +392,13 @@ class FlashAttentionFunction(torch.autograd.Function):
         sq, b, hq, d = q.shape
         sk, _, hkv, _ = k.shape
         group = hq // hkv
-        block_d = max(16, triton.next_power_of_2(d))
+        block_d = max(16, next_power_of_2(d))
         precision = _precision(q.dtype)
         out = torch.empty((sq, b, hq, d), dtype=q.dtype, device=q.device)
         lse = torch.empty((b * hq, sq), dtype=torch.float32, device=q.device)
         qk_scale = sm_scale * _LOG2E
         _launch(
-            "fwd", _attn_fwd, _FWD_TUNED, lambda bm, bn: (triton.cdiv(sq, bm), b * hq), q.dtype, d,
+            "fwd", _attn_fwd, _FWD_TUNED, lambda bm, bn: (cdiv(sq, bm), b * hq), q.dtype, d,
             q, k, v, out, lse, qk_scale, sq, sk, hq, group, *_strides3(q), *_strides3(k), *_strides3(v),
             *_strides3(out), CAUSAL=causal, HEAD_DIM=d, BLOCK_D=block_d, PRECISION=precision,
         )  # fmt: skip
@@ -413,26 +413,26 @@ class FlashAttentionFunction(torch.autograd.Function):
         sq, b, hq, d = q.shape
         sk, _, hkv, _ = k.shape
         group = hq // hkv
-        block_d = max(16, triton.next_power_of_2(d))
+        block_d = max(16, next_power_of_2(d))
         precision = _precision(q.dtype)
         qk_scale = ctx.sm_scale * _LOG2E
         delta = torch.empty((b * hq, sq), dtype=torch.float32, device=q.device)
         block_rows = 64 if not interpreting() else 16
         run(
-            _attn_bwd_delta, (triton.cdiv(sq, block_rows), b * hq), out, dout, delta, sq, hq, *_strides3(out), *_strides3(dout),
+            _attn_bwd_delta, (cdiv(sq, block_rows), b * hq), out, dout, delta, sq, hq, *_strides3(out), *_strides3(dout),
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=block_rows,
         )  # fmt: skip
         dq = torch.empty((sq, b, hq, d), dtype=q.dtype, device=q.device)
         dk = torch.empty((sk, b, hkv, d), dtype=k.dtype, device=k.device)
         dv = torch.empty((sk, b, hkv, d), dtype=v.dtype, device=v.device)
         _launch(
-            "dkdv", _attn_bwd_dkdv, _DKDV_TUNED, lambda bm, bn: (triton.cdiv(sk, bn), b * hkv), q.dtype, d,
+            "dkdv", _attn_bwd_dkdv, _DKDV_TUNED, lambda bm, bn: (cdiv(sk, bn), b * hkv), q.dtype, d,
             q, k, v, dout, lse, delta, dk, dv, qk_scale, ctx.sm_scale, sq, sk, hq, group,
             *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(dout), *_strides3(dk),
             CAUSAL=ctx.causal, HEAD_DIM=d, BLOCK_D=block_d, PRECISION=precision,
         )  # fmt: skip
         _launch(
-            "dq", _attn_bwd_dq, _DQ_TUNED, lambda bm, bn: (triton.cdiv(sq, bm), b * hq), q.dtype, d,
+            "dq", _attn_bwd_dq, _DQ_TUNED, lambda bm, bn: (cdiv(sq, bm), b * hq), q.dtype, d,
             q, k, v, dout, lse, delta, dq, qk_scale, ctx.sm_scale, sq, sk, hq, group,
             *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(dout), *_strides3(dq),
             CAUSAL=ctx.causal, HEAD_DIM=d, BLOCK_D=block_d, PRECISION=precision,

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import rows, run
+from . import next_power_of_2, rows, run
 
 __all__ = ["CrossEntropyFunction", "VocabParallelCrossEntropyFunction", "cross_entropy", "vocab_parallel_cross_entropy"]
 
@@ -28,7 +28,7 @@ _NEG = -1.0e30  # finite "minus infinity": exp(_NEG - _NEG) stays 1, never NaN
 
 
 def _block(vocab: int) -> tuple[int, int]:
-    block = min(4096, triton.next_power_of_2(vocab))
+    block = min(4096, next_power_of_2(vocab))
     return block, 4 if block <= 1024 else 8
 
 

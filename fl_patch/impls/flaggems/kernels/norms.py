@@ -20,11 +20,13 @@ reduction its partial sums cost (``FL_GEMS_AUTOTUNE=0``: a fixed config).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
-from . import graph_timed, launch, multiprocessors, rows, run
+from . import cdiv, graph_timed, launch, multiprocessors, next_power_of_2, rows, run
 
 __all__ = ["MAX_WIDTH", "LayerNormFunction", "RMSNormFunction", "layer_norm", "rms_norm"]
 
@@ -34,7 +36,7 @@ MAX_WIDTH = 32768
 
 def _tile(width: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps) of the fixed config: about 4096 elements a program, at least one row."""
-    block_n = triton.next_power_of_2(width)
+    block_n = next_power_of_2(width)
     block_m = max(1, min(64, 4096 // block_n))
     tile = block_m * block_n
     num_warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 16
@@ -215,10 +217,10 @@ def _reduce_parts(
     # Every partial row in one load per program (the loop's trips would be serial
     # memory latencies, ~1 us each: a 528 x 2048 reduction took 10 us in 32-row trips),
     # so the tile is tall and narrow: 8192 elements, 8 columns (one 32-byte sector) or more.
-    block_p = min(triton.next_power_of_2(max(used, 1)), 1024)
-    block_c = min(triton.next_power_of_2(n), max(8, 8192 // block_p))
+    block_p = min(next_power_of_2(max(used, 1)), 1024)
+    block_c = min(next_power_of_2(n), max(8, 8192 // block_p))
     run(
-        _sum_parts, (triton.cdiv(n, block_c),),
+        _sum_parts, (cdiv(n, block_c),),
         dw_part, dw, db_part if db_part is not None else dw_part, db if db is not None else dw, used, n,
         HAS_B=db_part is not None, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=8 if block_p * block_c >= 8192 else 4,
     )  # fmt: skip
@@ -240,21 +242,23 @@ def _tune_with_reduction(nargs: dict, exception: BaseException | None) -> None:
 
 
 def _bucket(m: int) -> int:
-    return triton.next_power_of_2(max(m, 1))
+    return next_power_of_2(max(m, 1))
 
 
+@functools.lru_cache(maxsize=64)
 def _fwd_default(width: int) -> dict:
     block_m, _, warps = _tile(width)
     return {"BLOCK_M": block_m, "num_warps": warps}
 
 
+@functools.lru_cache(maxsize=64)
 def _bwd_default(width: int) -> dict:
     block_m, _, warps = _tile(width)
     return {"BLOCK_M": block_m, "PPS": 4, "num_warps": warps}
 
 
 def _bwd_programs(m: int, meta: dict, device: torch.device) -> int:
-    return max(1, min(triton.cdiv(m, meta["BLOCK_M"]), multiprocessors(device) * meta["PPS"]))
+    return max(1, min(cdiv(m, meta["BLOCK_M"]), multiprocessors(device) * meta["PPS"]))
 
 
 _PRUNE = {"early_config_prune": _prune}
@@ -278,10 +282,10 @@ class RMSNormFunction(torch.autograd.Function):
         m = x2.shape[0]
         y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         rstd = torch.empty(m, dtype=torch.float32, device=x.device)
-        block_n = triton.next_power_of_2(n)
+        block_n = next_power_of_2(n)
         if m > 0:
             launch(
-                _rms_fwd, _RMS_FWD, lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),), _fwd_default(n),
+                _rms_fwd, _RMS_FWD, lambda meta: (cdiv(m, meta["BLOCK_M"]),), _fwd_default(n),
                 x2, weight, y, rstd, m, n, x2.stride(0), n, eps, _bucket(m), BLOCK_N=block_n,
             )  # fmt: skip
         ctx.save_for_backward(x2, weight, rstd)
@@ -302,7 +306,7 @@ class RMSNormFunction(torch.autograd.Function):
             meta = launch(
                 _rms_bwd, _RMS_BWD, lambda meta: (_bwd_programs(m, meta, device),), _bwd_default(n),
                 x2, weight, dy2, dx, rstd, dw_part, m, n, x2.stride(0), dy2.stride(0), n, _bucket(m),
-                BLOCK_N=triton.next_power_of_2(n),
+                BLOCK_N=next_power_of_2(n),
             )  # fmt: skip
             dw, _ = _reduce_parts(dw_part, _bwd_programs(m, meta, device), weight.dtype)
         else:
@@ -323,9 +327,9 @@ class LayerNormFunction(torch.autograd.Function):
         rstd = torch.empty(m, dtype=torch.float32, device=x.device)
         if m > 0:
             launch(
-                _ln_fwd, _LN_FWD, lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),), _fwd_default(n),
+                _ln_fwd, _LN_FWD, lambda meta: (cdiv(m, meta["BLOCK_M"]),), _fwd_default(n),
                 x2, weight, bias if bias is not None else weight, y, mean, rstd, m, n, x2.stride(0), n, eps,
-                _bucket(m), HAS_BIAS=bias is not None, BLOCK_N=triton.next_power_of_2(n),
+                _bucket(m), HAS_BIAS=bias is not None, BLOCK_N=next_power_of_2(n),
             )  # fmt: skip
         ctx.save_for_backward(x2, weight, mean, rstd)
         ctx.x_shape = x.shape
@@ -346,7 +350,7 @@ class LayerNormFunction(torch.autograd.Function):
             meta = launch(
                 _ln_bwd, _LN_BWD, lambda meta: (_bwd_programs(m, meta, device),), _bwd_default(n),
                 x2, weight, dy2, dx, mean, rstd, dw_part, db_part, m, n, x2.stride(0), dy2.stride(0), n, _bucket(m),
-                HAS_BIAS=ctx.has_bias, BLOCK_N=triton.next_power_of_2(n),
+                HAS_BIAS=ctx.has_bias, BLOCK_N=next_power_of_2(n),
             )  # fmt: skip
             dw, db = _reduce_parts(
                 dw_part, _bwd_programs(m, meta, device), weight.dtype, db_part if ctx.has_bias else None

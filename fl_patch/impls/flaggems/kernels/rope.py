@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import graph_timed, launch
+from . import cdiv, graph_timed, launch, next_power_of_2
 
 __all__ = ["FusedQKVRotaryFunction", "RotaryFunction", "fused_qkv_rotary", "rotary"]
 
@@ -108,13 +108,13 @@ def _launch(t: torch.Tensor, freqs: torch.Tensor, mscale: float, interleaved: bo
     freqs2 = freqs.reshape(freqs.shape[0], rot)
     if freqs2.stride(-1) != 1:
         freqs2 = freqs2.contiguous()
-    block_e = triton.next_power_of_2(rot)
-    block_p = triton.next_power_of_2(max(d - rot, 1))
-    block_bh = min(triton.next_power_of_2(b * h), max(1, _TILE // block_e))
+    block_e = next_power_of_2(rot)
+    block_p = next_power_of_2(max(d - rot, 1))
+    block_bh = min(next_power_of_2(b * h), max(1, _TILE // block_e))
     warps = 2 if block_bh * block_e <= 1024 else 4
     if s * b * h > 0:
         launch(
-            _rope, _TUNED, lambda meta: (s, triton.cdiv(b * h, block_bh)), {"num_warps": warps},
+            _rope, _TUNED, lambda meta: (s, cdiv(b * h, block_bh)), {"num_warps": warps},
             t, freqs2, out, b * h, h, d, rot // 2, t.stride(0), t.stride(1), t.stride(2),
             freqs2.stride(0) if freqs2.shape[0] > 1 else 0, mscale,
             BACKWARD=backward, INTERLEAVED=interleaved, BLOCK_BH=block_bh, BLOCK_E=block_e, BLOCK_P=block_p,
@@ -312,7 +312,7 @@ _QKV_KEY = ["ROWS", "HN", "ROT_HALF"]
 def _qkv_prune(configs: list, named_args: dict, **kwargs: object) -> list:
     """Tiles of 8 to 64 elements a thread (fewer: threads hold copies of each other's elements,
     seen 3x slower on an H200), and no more rows than a position has (rounded up to a power of two)."""
-    rows_ = triton.next_power_of_2(int(named_args["ROWS"]))
+    rows_ = next_power_of_2(int(named_args["ROWS"]))
     width = 2 * int(kwargs["HALF"])
     keep = [
         c for c in configs
@@ -331,8 +331,8 @@ def _qkv_meta(hn: int, rot_half: int, qf: torch.Tensor, kf: torch.Tensor) -> dic
     """Constexprs: pairs per row (a power of two), the pass-through tail, one set of angles for both."""
     same = qf.data_ptr() == kf.data_ptr() and qf.shape == kf.shape and qf.stride() == kf.stride()
     return {
-        "HALF": triton.next_power_of_2(max(rot_half, 1)),
-        "BLOCK_P": triton.next_power_of_2(max(hn - 2 * rot_half, 1)),
+        "HALF": next_power_of_2(max(rot_half, 1)),
+        "BLOCK_P": next_power_of_2(max(hn - 2 * rot_half, 1)),
         "HAS_PASS": hn > 2 * rot_half,
         "SAME_ANGLES": same,
     }
@@ -358,7 +358,7 @@ class FusedQKVRotaryFunction(torch.autograd.Function):
         rows_ = b * ng * (g + 2)
         if s * rows_ > 0:
             launch(
-                _qkv_rope_fwd, _QKV_FWD, lambda meta: (s, triton.cdiv(rows_, meta["BLOCK_R"])), _QKV_DEFAULT,
+                _qkv_rope_fwd, _QKV_FWD, lambda meta: (s, cdiv(rows_, meta["BLOCK_R"])), _QKV_DEFAULT,
                 mixed, qf, kf, q, k, v, b, ng, g, hn, rot_half, mixed.stride(0), mixed.stride(1), mixed.stride(2),
                 _position_stride(qf), _position_stride(kf), rows_, INTERLEAVED=interleaved, **_qkv_meta(hn, rot_half, qf, kf),
             )  # fmt: skip
@@ -375,7 +375,7 @@ class FusedQKVRotaryFunction(torch.autograd.Function):
         rows_ = b * ng * (g + 2)
         if s * rows_ > 0:
             launch(
-                _qkv_rope_bwd, _QKV_BWD, lambda meta: (s, triton.cdiv(rows_, meta["BLOCK_R"])), _QKV_DEFAULT,
+                _qkv_rope_bwd, _QKV_BWD, lambda meta: (s, cdiv(rows_, meta["BLOCK_R"])), _QKV_DEFAULT,
                 dq, dk, dv, qf, kf, dmixed, b, ng, g, hn, rot_half, _position_stride(qf), _position_stride(kf), rows_,
                 INTERLEAVED=interleaved, **_qkv_meta(hn, rot_half, qf, kf),
             )  # fmt: skip

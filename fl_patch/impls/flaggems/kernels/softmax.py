@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import run
+from . import next_power_of_2, run
 
 __all__ = ["MAX_KEYS", "ScaledMaskedSoftmaxFunction", "scaled_masked_softmax"]
 
@@ -28,7 +28,7 @@ MASK_NONE, MASK_CAUSAL, MASK_TENSOR = 0, 1, 2
 
 
 def _block(keys: int) -> tuple[int, int]:
-    block = triton.next_power_of_2(keys)
+    block = next_power_of_2(keys)
     return block, 4 if block <= 2048 else 8 if block <= 8192 else 16
 
 

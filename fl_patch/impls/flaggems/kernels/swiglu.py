@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import launch, rows
+from . import cdiv, launch, next_power_of_2, rows
 
 __all__ = ["SwiGLUFunction", "swiglu"]
 
@@ -31,12 +31,12 @@ _KEY = ["F", "M_BUCKET"]
 
 
 def _default(half: int) -> dict:
-    block = min(2048, triton.next_power_of_2(half))
+    block = min(2048, next_power_of_2(half))
     return {"BLOCK_M": 1, "BLOCK_F": block, "num_warps": 4 if block <= 1024 else 8}
 
 
 def _grid(m: int, half: int):
-    return lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(half, meta["BLOCK_F"]))
+    return lambda meta: (cdiv(m, meta["BLOCK_M"]), cdiv(half, meta["BLOCK_F"]))
 
 
 @triton.jit
@@ -97,7 +97,7 @@ class SwiGLUFunction(torch.autograd.Function):
         if m > 0 and half > 0:
             launch(
                 _swiglu_fwd, _FWD, _grid(m, half), _default(half),
-                y2, bias if bias is not None else y2, out, m, half, y2.stride(0), half, triton.next_power_of_2(m),
+                y2, bias if bias is not None else y2, out, m, half, y2.stride(0), half, next_power_of_2(m),
                 HAS_BIAS=bias is not None,
             )  # fmt: skip
         ctx.save_for_backward(y2, bias)
@@ -115,7 +115,7 @@ class SwiGLUFunction(torch.autograd.Function):
             launch(
                 _swiglu_bwd, _BWD, _grid(m, half), _default(half),
                 y2, bias if bias is not None else y2, dout2, dy, m, half, y2.stride(0), dout2.stride(0), width,
-                triton.next_power_of_2(m), HAS_BIAS=bias is not None,
+                next_power_of_2(m), HAS_BIAS=bias is not None,
             )  # fmt: skip
         dbias = dy.sum(0, dtype=torch.float32).to(bias.dtype) if bias is not None and ctx.needs_input_grad[1] else None
         return dy.view(ctx.y_shape), dbias
