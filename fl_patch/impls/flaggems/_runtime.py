@@ -67,8 +67,16 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "") == "1"
 
 
+_TRITON_FOUND: list[bool] = []  # [True] once triton was found (asked at every call: find_spec costs microseconds)
+
+
 def _has_triton() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    if _TRITON_FOUND:
+        return True
+    found = importlib.util.find_spec("triton") is not None
+    if found:
+        _TRITON_FOUND.append(True)
+    return found
 
 
 def kernel_unavailable(*tensors: object) -> str | None:
