@@ -399,7 +399,7 @@ def bench_qkv_rope() -> None:
 ATTENTION_SHAPES = ((2048, 4, 16, 4, 128), (4096, 2, 16, 8, 128))
 
 
-def _sdpa_row(shape: str, impl: str, qkv, dout, mixed, flops: float, scale: float, backends, note: str) -> None:
+def _sdpa_row(shape: str, impl: str, qkv, dout, grads, flops: float, scale: float, backends, note: str) -> None:
     from torch.nn.attention import sdpa_kernel
 
     s, b = dout.shape[0], dout.shape[1]
@@ -410,7 +410,7 @@ def _sdpa_row(shape: str, impl: str, qkv, dout, mixed, flops: float, scale: floa
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
         return out.permute(2, 0, 1, 3).reshape(s, b, -1)
 
-    _row("attention", shape, impl, _fwd_bwd(sdpa, dout), [mixed], flops=flops, note=note)
+    _row("attention", shape, impl, _fwd_bwd(sdpa, dout), grads, flops=flops, note=note)
 
 
 # Batch sizes around it, for cuDNN only: the pack's call (megatron's layout) and contiguous [b, h, s, d].
@@ -443,7 +443,19 @@ def _contiguous_sdpa_row(shape: str, s: int, b: int, hq: int, hkv: int, d: int, 
     _row("attention", shape, "torch_sdpa (cudnn, [b,h,s,d])", run, [q, k, v], flops=flops, note="contiguous inputs")
 
 
+def _megatron_qkv(mixed: torch.Tensor, s: int, b: int, hq: int, hkv: int, d: int):
+    """q, k, v from the fused QKV projection exactly as megatron-core 0.19.2's
+    ``SelfAttention.get_query_key_value_tensors`` makes them (no TE): ``torch.split`` of the
+    [s, b, hkv, (group + 2) d] view, the query reshaped to [s, b, hq, d] (a copy), k and v
+    strided views. Its backward is one concatenation of dq, dk and dv."""
+    group = hq // hkv
+    q, k, v = torch.split(mixed, [group * d, d, d], dim=3)
+    return q.reshape(s, b, hq, d), k, v
+
+
 def _bench_attention_at(s: int, b: int, hq: int, hkv: int, d: int, only_cudnn: bool = False) -> None:
+    """Core attention forward+backward at one shape, two ways for the pack (the op alone on megatron's
+    q, k, v; and with megatron's split of the fused projection around it) and the references."""
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -457,9 +469,13 @@ def _bench_attention_at(s: int, b: int, hq: int, hkv: int, d: int, only_cudnn: b
     mixed = torch.randn(s, b, hkv, (group + 2) * d, device=DEV, dtype=BF16, requires_grad=True)
 
     def qkv():
-        q = mixed[..., : group * d].reshape(s, b, hq, d)
-        return q, mixed[..., group * d : (group + 1) * d], mixed[..., (group + 1) * d :]
+        return _megatron_qkv(mixed, s, b, hq, d=d, hkv=hkv)
 
+    # The op alone: q, k, v laid out as megatron hands them to core attention (q contiguous
+    # [s, b, hq, d], k and v strided slices of the projection), each a leaf of its own.
+    with torch.no_grad():
+        q0, k0, v0 = _megatron_qkv(mixed.detach(), s, b, hq, hkv, d)
+    leaves = [t.detach().requires_grad_() for t in (q0.contiguous(), k0, v0)]
     dout = torch.randn(s, b, hq * d, device=DEV, dtype=BF16)
     flops = 3.5 * 4 * b * hq * s * s * d * 0.5
     shape = f"[{s}, {b}, {hq}/{hkv} heads, {d}] causal"
@@ -474,10 +490,10 @@ def _bench_attention_at(s: int, b: int, hq: int, hkv: int, d: int, only_cudnn: b
             "attention",
             shape,
             "torch",
-            _fwd_bwd(lambda: DotProductAttention.forward(module, *qkv(), None), dout),
-            [mixed],
+            _fwd_bwd(lambda: DotProductAttention.forward(module, *leaves, None), dout),
+            leaves,
             flops=flops,
-            note="upstream DotProductAttention",
+            note="upstream DotProductAttention, the op alone",
         )
     if not DRY:
         _contiguous_sdpa_row(shape, s, b, hq, hkv, d, flops, scale)
@@ -485,17 +501,27 @@ def _bench_attention_at(s: int, b: int, hq: int, hkv: int, d: int, only_cudnn: b
     for backend, note in backends[:1] if only_cudnn else backends:
         with use_backend("attention", backend):
             calls = pack_sdpa.CALLS["cudnn"]
+            gqa = f"; GQA {pack_sdpa.gqa_mode()}" if backend == "cudnn" else ""
             _row(
                 "attention",
                 shape,
                 f"ours ({backend})",
-                _fwd_bwd(lambda: ops.flash_attention(*qkv(), True, scale).reshape(s, b, -1), dout),
-                [mixed],
+                _fwd_bwd(lambda: ops.flash_attention(*leaves, True, scale).reshape(s, b, -1), dout),
+                leaves,
                 flops=flops,
-                note=note + (f"; GQA {pack_sdpa.gqa_mode()}" if backend == "cudnn" else ""),
+                note=note + ", the op alone on megatron's q, k, v" + gqa,
             )
             if backend == "cudnn" and pack_sdpa.CALLS["cudnn"] == calls and not DRY:
                 RESULTS["ops"][-1]["note"] += "; cuDNN DID NOT RUN"
+            _row(
+                "attention",
+                shape,
+                f"ours ({backend}) + split",
+                _fwd_bwd(lambda: ops.flash_attention(*qkv(), True, scale).reshape(s, b, -1), dout),
+                [mixed],
+                flops=flops,
+                note=note + ", with megatron's split of the fused projection (its backward: one concatenation)",
+            )
     if not DRY and not only_cudnn:
         for name, backends in (
             ("torch_sdpa (cudnn)", [SDPBackend.CUDNN_ATTENTION]),
@@ -503,7 +529,9 @@ def _bench_attention_at(s: int, b: int, hq: int, hkv: int, d: int, only_cudnn: b
             ("torch_sdpa (default)", [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION,
                                       SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]),
         ):  # fmt: skip
-            _sdpa_row(shape, name, qkv, dout, mixed, flops, scale, backends, "not in the local spec; enable_gqa")
+            _sdpa_row(
+                shape, name, lambda: leaves, dout, leaves, flops, scale, backends, "not in the local spec; enable_gqa"
+            )
 
 
 def bench_attention_configs() -> None:
