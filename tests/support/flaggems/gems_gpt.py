@@ -27,6 +27,7 @@ fl_patch's report for the pack's targets and the pack's fallbacks.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -122,6 +123,12 @@ def main() -> int:
     parser.add_argument("--sp", action="store_true", help="sequence parallelism (upstream's torch norms refuse it)")
     parser.add_argument("--profile", default=None, help="torch.profiler tables of steps 7-8 to this text file")
     parser.add_argument(
+        "--manual-gc",
+        action="store_true",
+        help="no automatic garbage collection during the steps (as Megatron-LM's --manual-gc): "
+        "a host-bound step then has no collector pauses",
+    )
+    parser.add_argument(
         "--fused-qkv-rope",
         action="store_true",
         help="TransformerConfig(fused_single_qkv_rope=True): needs TE or the pack",
@@ -194,6 +201,10 @@ def main() -> int:
     times, losses = [], []
     first_step_end = _T0
     profiler = None
+    if args.manual_gc:
+        gc.collect()
+        gc.freeze()  # the model's and optimizer's objects are never scanned again
+        gc.disable()
     for step in range(steps):
         if args.profile and step == 6:
             profiler = torch.profiler.profile(
@@ -246,6 +257,7 @@ def main() -> int:
         "seq": seq,
         "mbs": mbs,
         "steps": steps,
+        "manual_gc": args.manual_gc,
         "losses": losses,
         "step_times_s": times,
         "step_s_median": median,
