@@ -1,10 +1,11 @@
 """Core attention on cuDNN's fused flash attention, through torch's ``scaled_dot_product_attention``.
 
-Why: on an H200, causal GQA attention forward+backward at [s 4096, 16 heads, 8 kv
-heads, d 128] ran at 403 TFLOP/s through torch's SDPA with the cuDNN backend, against
-280 for the pack's Triton kernel and 209 for SDPA's flash backend (docs/gpu_pack.md has
-the current figures and the command). cuDNN's kernels use Hopper's asynchronous copy
-engine and warp-specialized matrix instructions, which the Triton kernel does not.
+Why: on an H200, causal GQA attention forward+backward at [s 4096, b 2, 16 heads, 8 kv
+heads, d 128], on the q, k, v megatron hands core attention, runs at 448 TFLOP/s here,
+against 329 for the pack's Triton kernel and 243 for SDPA's flash backend
+(docs/gpu_pack.md, "Attention", has the command). cuDNN's kernels use Hopper's
+asynchronous copy engine and warp-specialized matrix instructions, which the Triton
+kernel does not; their speed was the same for every memory layout of q, k, v tried.
 
 How: q [sq, b, hq, d], k and v [sk, b, hkv, d] (megatron's layout, strided slices of
 the fused QKV projection) are handed to SDPA as [b, heads, s, d] *views* (no copy;
