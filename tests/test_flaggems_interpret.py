@@ -226,3 +226,21 @@ def test_pack_at_tensor_parallel_two_with_and_without_sequence_parallel(run_pyth
     for key, c in compared.items():
         # fp32: other summation orders in the kernels; Adam's update amplifies it on near-zero gradients
         assert c["names"] and c["loss"] <= 1e-6 and c["grad"] <= 1e-5 and c["param"] <= 1e-4, (key, c)
+
+
+_HOST_HELPERS_SNIPPET = """
+import triton
+from fl_patch.impls.flaggems import kernels
+sizes = [*range(0, 4200), 32000, 32768, 65537, 2**31 - 1, 2**31, 2**40 + 3]
+bad = [n for n in sizes if kernels.next_power_of_2(n) != triton.next_power_of_2(n)]
+bad += [(n, d) for n in sizes for d in (1, 7, 16, 64, 128) if kernels.cdiv(n, d) != triton.cdiv(n, d)]
+print(bad[:10])
+"""
+
+
+def test_host_grid_helpers_compute_what_triton_s_compute(run_python) -> None:
+    """The host code's plain-int cdiv / next_power_of_2 (triton 3.6's are slow constexpr functions)
+    give triton's results: every grid and block size the kernels are launched with depends on them."""
+    proc = run_python("-c", _HOST_HELPERS_SNIPPET, env=triton_env(interpret=False), check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout[-2000:]

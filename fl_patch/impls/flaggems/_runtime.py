@@ -67,16 +67,14 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "") == "1"
 
 
-_TRITON_FOUND: list[bool] = []  # [True] once triton was found (asked at every call: find_spec costs microseconds)
+_triton_found = False  # once found, not looked up again (asked at every call: find_spec costs microseconds)
 
 
 def _has_triton() -> bool:
-    if _TRITON_FOUND:
-        return True
-    found = importlib.util.find_spec("triton") is not None
-    if found:
-        _TRITON_FOUND.append(True)
-    return found
+    global _triton_found
+    if not _triton_found:
+        _triton_found = importlib.util.find_spec("triton") is not None
+    return _triton_found
 
 
 def kernel_unavailable(*tensors: object) -> str | None:

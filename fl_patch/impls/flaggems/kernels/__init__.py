@@ -38,11 +38,9 @@ __all__ = [
     "TUNE_STORE",
     "LaunchSettings",
     "TuneStore",
-    "autotune_enabled",
     "cdiv",
     "graph_timed",
     "launch",
-    "lean_launch_enabled",
     "multiprocessors",
     "next_power_of_2",
     "reload_settings",
@@ -109,16 +107,6 @@ def reload_settings() -> LaunchSettings:
     global SETTINGS
     SETTINGS = LaunchSettings.from_env()
     return SETTINGS
-
-
-def autotune_enabled() -> bool:
-    """Autotune on a GPU unless ``FL_GEMS_AUTOTUNE=0``."""
-    return SETTINGS.autotune
-
-
-def lean_launch_enabled() -> bool:
-    """Whether a repeated launch skips triton's binder and autotuner (``FL_GEMS_LEAN_LAUNCH=0``: never)."""
-    return SETTINGS.lean
 
 
 # ------------------------------------------------------------------------- lean launches
