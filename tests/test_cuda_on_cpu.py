@@ -98,13 +98,14 @@ def test_the_switch_turns_the_transfer_off(tmp_path: Path) -> None:
 
 def test_install_redirects_and_uninstall_puts_every_original_back() -> None:
     """In one process: the transfer applied (aliases bound before it included), then uninstall() exact."""
-    proc = _run([str(PROBE)], _one_rank())
+    proc = _run([str(PROBE)], _one_rank(LOCAL_WORLD_SIZE="2"))
     assert proc.returncode == 0, proc.stderr[-6000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["during"] == {
         "is_available": False,
-        "device_count": 1,
+        "device_count": 2,  # one per local rank, as the launcher's LOCAL_WORLD_SIZE says
         "current_device_after_set_device_1": 1,
+        "set_device_beyond_count_raises": True,
         "zeros": "cpu",
         "to_cuda": "cpu",
         "to_ordinal": "cpu",

@@ -99,7 +99,7 @@ __all__ = [
 ]
 
 REDIRECTED = (
-    "'cuda' devices, torch.cuda (one device, streams, events, RNG), nccl -> gloo, autocast, GradScaler, "
+    "'cuda' devices, torch.cuda (one device per local rank, streams, events, RNG), nccl -> gloo, autocast, GradScaler, "
     "TE layer specs -> local; torch.cuda.is_available() stays False"
 )
 """What the transfer redirects, as the one line says it (docs/cuda_on_cpu.md has the whole list)."""
@@ -271,17 +271,32 @@ def device_context_init(self: Any, device: Any) -> None:
 _current_index = 0
 
 
+_LAUNCHER_LOCAL_WORLD = "LOCAL_WORLD_SIZE"
+
+
 def device_count() -> int:
     """Patch for ``torch.cuda.device_count``.
 
     Why: CUDA code picks its device with ``torch.cuda.set_device(rank % torch.cuda.device_count())``
     (Megatron-LM's ``tests/unit_tests/test_utilities.py``); with 0 that is a
-    ``ZeroDivisionError``. Code that sizes by devices counts them.
-    How: 1: the CPU is the one "CUDA" device. (``is_available()`` stays False: see the module.)
-    Upstream reference: torch 2.13, ``torch/cuda/__init__.py``.
+    ``ZeroDivisionError``. Code that sizes by devices counts them, and under a launcher it
+    expects one device per local rank: Megatron-LM's ``Utils.set_world_size()`` takes the
+    world size from ``device_count()`` and 7 of its tests assert ``device_count() ==
+    world_size`` (issue 27).
+    How: what a node with one GPU per local rank reports: the launcher's
+    ``LOCAL_WORLD_SIZE`` (torchrun, torch.distributed.launch and torchx set it), else 1 (the
+    CPU is the one "CUDA" device). Every ordinal below it is the CPU; ``set_device`` refuses
+    one at or above it, as torch does (``is_available()`` stays False: see the module).
+    Upstream reference: torch 2.13, ``torch/cuda/__init__.py``; torch 2.13
+    ``torch/distributed/elastic/agent/server/api.py`` (``LOCAL_WORLD_SIZE``).
     Drop when: the callers use ``torch.accelerator.device_count()``.
     """
-    return 1
+    local = os.environ.get(_LAUNCHER_LOCAL_WORLD, "")
+    try:
+        count = int(local)
+    except ValueError:
+        return 1  # unset, or not a number a launcher would write: no launcher's count to follow
+    return count if count > 0 else 1
 
 
 def set_device(device: object) -> None:
@@ -289,8 +304,10 @@ def set_device(device: object) -> None:
 
     Why: every CUDA training script starts with ``torch.cuda.set_device(local_rank)``; on a
     CPU-only torch it raises (``torch._C`` has no ``_cuda_setDevice``).
-    How: every ordinal names the CPU (each rank's "own GPU" is its CPU): the ordinal is kept
-    for ``current_device()`` and nothing else changes.
+    How: every ordinal below :func:`device_count` names the CPU (each rank's "own GPU" is its
+    CPU): the ordinal is kept for ``current_device()`` and nothing else changes. An ordinal
+    at or above the count raises ``ValueError`` (torch: "invalid device ordinal"), so
+    ``current_device() < device_count()`` always holds.
     Upstream reference: torch 2.13, ``torch/cuda/__init__.py``.
     Drop when: the callers use ``torch.accelerator.set_device_index``.
     """
@@ -301,8 +318,16 @@ def set_device(device: object) -> None:
         index = torch.device(device).index
     else:
         index = int(device)  # type: ignore[call-overload]
-    if index is not None and index >= 0:
-        _current_index = index
+    if index is None or index < 0:
+        return  # torch: a negative ordinal (or "cuda" without one) leaves the device as it is
+    count = device_count()
+    if index >= count:
+        raise ValueError(
+            f"torch.cuda.set_device({device!r}): invalid device ordinal {index}: the CUDA-on-CPU transfer "
+            f"reports {count} device(s) ({_LAUNCHER_LOCAL_WORLD}={os.environ.get(_LAUNCHER_LOCAL_WORLD, 'unset')}: "
+            "one per local rank under a launcher, else 1)"
+        )
+    _current_index = index
 
 
 def current_device() -> int:

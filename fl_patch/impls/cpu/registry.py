@@ -10,9 +10,9 @@ release the pack still applies and says so once (``FlPatchWarning``), when it is
 used. Each impl's docstring gives Why (the upstream line that assumes CUDA), How, the
 upstream reference and when it can be dropped.
 
-Left to configuration, not patched (see ``examples/train_gpt.py``): fusions that need
-Transformer Engine or a CUDA extension (``apply_rope_fusion``,
-``gradient_accumulation_fusion``) and those compiled by ``torch.compile``
+``apply_rope_fusion`` gets a host implementation (``rope.py``). Left to configuration, not
+patched (see ``examples/train_gpt.py``): fusions that need Transformer Engine or a CUDA
+extension (``gradient_accumulation_fusion``, multi-latent attention's fused RoPE) and those compiled by ``torch.compile``
 (``bias_activation_fusion``, ``bias_dropout_fusion``...): upstream's defaults leave them off.
 """
 
@@ -105,6 +105,24 @@ register(
 register(
     target="megatron.core.fusions.fused_softmax.FusedScaleMaskSoftmax.is_kernel_available",
     impl=f"{_PACK}.fusions.fused_softmax_kernel_available",
+    vendor=CPU,
+)
+
+# -- apply_rope_fusion=True: the fused RoPE functions megatron looks up, on the host. Upstream
+#    binds them to None without TE: create=True installs them over the None.
+for name in ("fused_apply_rotary_pos_emb", "fused_apply_rotary_pos_emb_thd"):
+    register(
+        target=f"megatron.core.models.common.embeddings.rope_utils.{name}",
+        impl=f"{_PACK}.rope.{name}",
+        vendor=CPU,
+        create=True,
+    )
+
+# -- Groups megatron drops at destroy_model_parallel: gloo groups keep threads and sockets
+#    until destroyed; without this each init/destroy cycle leaks ~20 of them (issue 27).
+register(
+    target="megatron.core.parallel_state.destroy_model_parallel",
+    impl=f"{_PACK}.process_groups.destroy_model_parallel",
     vendor=CPU,
 )
 

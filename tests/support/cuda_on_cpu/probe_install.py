@@ -60,7 +60,9 @@ def _raises(call: object) -> bool:
     return False
 
 
+# Run with LOCAL_WORLD_SIZE=2 (as torchrun sets it): two "devices", ordinal 2 refused.
 torch.cuda.set_device(1)
+set_device_beyond_count_raises = _raises(lambda: torch.cuda.set_device(torch.cuda.device_count()))
 with torch.device("cuda"):
     in_context = torch.empty(1).device.type
 torch.cuda.manual_seed(7)
@@ -74,6 +76,7 @@ during = {
     "is_available": torch.cuda.is_available(),
     "device_count": torch.cuda.device_count(),
     "current_device_after_set_device_1": torch.cuda.current_device(),
+    "set_device_beyond_count_raises": set_device_beyond_count_raises,
     "zeros": torch.zeros(2, device="cuda").device.type,
     "to_cuda": torch.ones(2).to("cuda:1").device.type,
     "to_ordinal": torch.ones(2).to(0).device.type,
