@@ -53,13 +53,17 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     import torch.distributed as dist
-    from torch.distributed import distributed_c10d as c10d
-
     from megatron.core import parallel_state as ps
+    from torch.distributed import distributed_c10d as c10d
 
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend="nccl")  # gloo under the CUDA-on-CPU transfer
     world, rank = dist.get_world_size(), dist.get_rank()
+    # What each rank's torch.cuda says under the launcher (one "GPU" per local rank).
+    devices: list[dict[str, int] | None] = [None] * world
+    dist.all_gather_object(
+        devices, {"device_count": torch.cuda.device_count(), "current_device": torch.cuda.current_device()}
+    )
     samples: list[dict[str, float]] = []
 
     def sample(cycle: int, start: float) -> None:
@@ -94,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             sample(cycle, start)
     if rank == 0 and args.json is not None:
         record = {
+            "devices": devices,
             "command": "python -m fl_patch -m torch.distributed.run --standalone --nproc-per-node "
             f"{world} bench/group_cycles.py --cycles {args.cycles} --every {args.every}",
             "fl_patch_disable": os.environ.get("FL_PATCH_DISABLE", ""),

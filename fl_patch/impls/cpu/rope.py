@@ -28,6 +28,8 @@ Drop when: megatron falls back to its unfused path where the fused functions are
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 __all__ = ["fused_apply_rotary_pos_emb", "fused_apply_rotary_pos_emb_thd", "rotate"]
@@ -74,7 +76,7 @@ def _thd_positions(cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int) -> torc
     """The position of each local token of a packed batch: from 0 per sequence, this CP rank's front and back chunks."""
     bounds = [int(v) for v in cu_seqlens.tolist()]
     pieces = []
-    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+    for start, end in itertools.pairwise(bounds):
         full = end - start
         if full % cp_size or (cp_size > 1 and (full // cp_size) % 2):
             raise ValueError(
