@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from fl_patch.core.errors import FlPatchError, FlPatchWarning
     from fl_patch.core.paths import method_key
     from fl_patch.core.records import PatchRecord, Status
-    from fl_patch.core.registry import Registration
+    from fl_patch.core.registration import Registration
 
 __all__ = [
     "FlPatchError",
@@ -61,7 +61,7 @@ _LAZY = {
     "FlPatchError": "fl_patch.core.errors",
     "FlPatchWarning": "fl_patch.core.errors",
     "PatchRecord": "fl_patch.core.records",
-    "Registration": "fl_patch.core.registry",
+    "Registration": "fl_patch.core.registration",
     "Status": "fl_patch.core.records",
     "install": "fl_patch.activation.install",
     "is_installed": "fl_patch.activation.install",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 from fl_patch.activation.runtime import RUNTIME
 
 if TYPE_CHECKING:
-    from fl_patch.core.registry import Registration
+    from fl_patch.core.registration import Registration
 
 __all__ = ["overridable", "register", "registrations_seen", "take_over"]
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from fl_patch.core.resolve import Kind, Resolved, describe
 
 if TYPE_CHECKING:
-    from fl_patch.core.registry import Registration
+    from fl_patch.core.registration import Registration
 
 __all__ = [
     "NO_ORIGINAL",

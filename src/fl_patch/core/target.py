@@ -44,7 +44,7 @@ from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.resolve import Kind, Resolved, describe, load_impl, unwrap
 
 if TYPE_CHECKING:
-    from fl_patch.core.registry import Registration
+    from fl_patch.core.registration import Registration
 
 __all__ = ["PatchContext", "Selection", "Target"]
 

@@ -40,7 +40,8 @@ from fl_patch.core.apply import AppliedPatch
 from fl_patch.core.bindings import NameBindings
 from fl_patch.core.errors import FlPatchError, NotYet, ProblemSink
 from fl_patch.core.records import PatchRecord, Status
-from fl_patch.core.registry import Registration, Registry
+from fl_patch.core.registration import Registration
+from fl_patch.core.registry import Registry
 from fl_patch.core.resolve import describe, owned_path, resolve_in, unwrap
 from fl_patch.core.target import Target, initializing
 from fl_patch.core.vendors import VendorChoice

@@ -44,7 +44,7 @@ from fl_patch.activation.settings import ENV
 from fl_patch.core.errors import FlPatchWarning
 from fl_patch.core.missing import locate, unusable
 from fl_patch.core.records import PatchRecord, Status
-from fl_patch.core.registry import Registration
+from fl_patch.core.registration import Registration
 from fl_patch.core.resolve import Kind, Resolved, load_impl, owned_path
 from fl_patch.introspection.signatures import Finding, compare_signatures
 
