@@ -24,7 +24,6 @@ import sys
 import threading
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from fl_patch.core.apply import (
@@ -40,8 +39,9 @@ from fl_patch.core.apply import (
 )
 from fl_patch.core.errors import ImplStillLoading, NotYet, PlatformNotReady
 from fl_patch.core.missing import locate, unusable
-from fl_patch.core.records import PatchRecord, Status
+from fl_patch.core.records import Status
 from fl_patch.core.resolve import Kind, Resolved, describe, load_impl, unwrap
+from fl_patch.core.target_records import Selection, TargetRecords
 
 if TYPE_CHECKING:
     from fl_patch.core.registration import Registration
@@ -68,16 +68,9 @@ class PatchContext(Protocol):
     def impl_cycle(self, target: Target, registration: Registration) -> str | None: ...
 
 
-@dataclass(frozen=True)
-class Selection:
-    """The registrations that may run for one target, best first, and why others do not."""
+class Target(TargetRecords):
+    """One target path, its registrations, and what happened to them (the records are in ``TargetRecords``)."""
 
-    candidates: tuple[Registration, ...]  # registered for a vendor of the priority list, in its order
-    vendors: tuple[str, ...]
-    disabled: bool
-
-
-class Target:
     def __init__(self, name: str, parts: tuple[str, ...]) -> None:
         self.name = name
         self.parts = parts
@@ -365,54 +358,6 @@ class Target:
                 )
             return unwrap(patch.original)
         raise LookupError(self.name)
-
-    def records(self, vendors: tuple[str, ...], disabled: bool, installed: bool) -> list[PatchRecord]:
-        selection = self.select(vendors, disabled)
-        applied = self.chosen if self.chosen is not None and self.is_applied() else None
-        expected = applied or next((r for r in selection.candidates if id(r) not in self._failed), None)
-        if expected is None and selection.candidates:
-            expected = selection.candidates[0]  # every candidate failed: the first is "the chosen one"
-        records = []
-        for registration in self.registrations():
-            status, detail = self._status_of(registration, selection, expected, installed)
-            records.append(
-                PatchRecord(
-                    target=self.name,
-                    method_key=registration.method_key,
-                    vendor=registration.vendor,
-                    impl=registration.impl_name,
-                    status=status,
-                    detail=detail,
-                    chosen_vendor=expected.vendor if expected is not None else None,
-                    kind=self.kind.value if self.kind is not None else None,
-                    module=self.module,
-                    late=bool(self.late and status is Status.APPLIED),
-                    source=registration.source,
-                )
-            )
-        return records
-
-    def _status_of(
-        self, registration: Registration, selection: Selection, expected: Registration | None, installed: bool
-    ) -> tuple[Status, str]:
-        if selection.disabled:
-            return Status.DISABLED, "named in FL_PATCH_DISABLE"
-        failed = self._failed.get(id(registration))
-        if failed is not None:
-            return Status.IMPL_FAILED, failed
-        if registration is expected:
-            if self.status in (Status.APPLIED, Status.TARGET_MISSING) or (
-                self.status is Status.WAITING and self.detail
-            ):
-                return self.status, self.detail
-            return Status.WAITING, "" if installed else "fl_patch is not installed"
-        if expected is not None:
-            return Status.OTHER_VENDOR, f"vendor {expected.vendor!r} chosen"
-        return Status.OTHER_VENDOR, f"no impl for vendors {', '.join(selection.vendors)}: upstream runs"
-
-    def impl_failures(self) -> dict[str, str]:
-        """vendor -> cause, for the registrations whose impl could not be used."""
-        return {r.vendor: self._failed[id(r)] for r in self.registrations() if id(r) in self._failed}
 
 
 def _failures(target: Target, failed: list[Registration]) -> str:

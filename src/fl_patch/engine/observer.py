@@ -32,19 +32,21 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from importlib.machinery import ModuleSpec
 
 from fl_patch.activation.settings import Settings
-from fl_patch.core.apply import AppliedPatch
 from fl_patch.core.bindings import NameBindings
-from fl_patch.core.errors import FlPatchError, NotYet, ProblemSink
+from fl_patch.core.errors import FlPatchError, ProblemSink
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.registration import Registration
 from fl_patch.core.registry import Registry
 from fl_patch.core.resolve import describe, owned_path, resolve_in, unwrap
-from fl_patch.core.target import Target, initializing
+from fl_patch.core.target import Target
 from fl_patch.core.vendors import VendorChoice
+from fl_patch.engine.catch_up import CatchUp
+from fl_patch.engine.pending import PendingWork
+from fl_patch.engine.retries import Retries
 
 __all__ = ["Engine"]
 
@@ -52,10 +54,12 @@ __all__ = ["Engine"]
 # are where patched names are imported from and where the deferred sources start.
 OBSERVED_ROOTS = frozenset({"megatron"})
 
-Batch = Iterable[tuple[types.ModuleType, str, list[Target]]]  # (module, its name, targets it may own)
 
+class Engine(CatchUp, Retries, PendingWork):
+    """The import observer. Its parts: catching up (``catch_up``), applying and retrying
+    (``retries``), pending work (``pending``); this class holds the state, configuration,
+    the hook's callbacks and the queries and undo (its lifecycle)."""
 
-class Engine:
     def __init__(self, registry: Registry, problems: ProblemSink) -> None:
         self.registry = registry
         self.problems = problems
@@ -94,16 +98,6 @@ class Engine:
     def on_load(self, name: str, callback: Callable[[types.ModuleType], None]) -> None:
         """Call ``callback(module)`` right after the body of the module ``name`` ran, before its importer gets it."""
         self._on_load[name] = callback
-
-    def defer(self, load_sources: Callable[[], None]) -> None:
-        """Run ``load_sources`` when the first megatron module (or trigger package) starts loading."""
-        self._deferred = load_sources
-
-    def run_deferred(self) -> None:
-        with self.lock:
-            deferred, self._deferred = self._deferred, None
-        if deferred is not None:
-            deferred()
 
     def vendors(self) -> tuple[str, ...]:
         """The vendor priority list (``VendorChoice``); ``PlatformNotReady`` while torch imports."""
@@ -217,210 +211,7 @@ class Engine:
         except Exception as exc:  # noqa: BLE001  (a bug here must not break the host's import)
             self.problems.problem(f"fl_patch: internal error while patching {name}: {exc!r}")
 
-    def _note_unobserved(self, modules_before: int) -> None:
-        """Watched names that appeared in sys.modules during a body without passing the hook.
-
-        The usual case is a module stored under a second name
-        (``sys.modules["pkg.experimental"] = import_module("pkg._new")``, as megatron-core's
-        nvshmem compat module does): importing that name later finds it in sys.modules and
-        never reaches a finder. Catching up patches it under that name.
-        """
-        added = len(sys.modules) - modules_before
-        if added <= 0:
-            return
-        try:
-            # From the end, over the window only (plus slack for entries deleted meanwhile).
-            for _, name in zip(range(added + 32), reversed(sys.modules), strict=False):
-                if self.registry.watches(name) and self._processed_module(name) is not sys.modules.get(name):
-                    module = sys.modules.get(name)
-                    if module is None or (isinstance(module, types.ModuleType) and initializing(module)):
-                        continue
-                    self._catch_up_due = True
-                    return
-        except RuntimeError:  # another thread imported meanwhile: look at everything, later
-            self._catch_up_due = True
-
-    def _waited_for_loaded(self) -> bool:
-        """Whether a module that catching up (or a pending target) waits for has finished loading.
-
-        Asked at every import while something waits, so it is a few dict lookups: a catch-up
-        itself walks every module that owns a target.
-        """
-        waited = set(self._waiting_on)
-        waited.update(entry[4] for entry in self._pending)
-        for name in waited:
-            module = sys.modules.get(name)
-            if not isinstance(module, types.ModuleType) or not initializing(module):
-                return True
-        return False
-
-    def meta_path_changed(self) -> None:
-        """The hook found itself moved or removed: modules may have loaded past it."""
-        self._catch_up_due = True
-
     # ------------------------------------------------------------------ applying
-    def apply_loaded_modules(self) -> None:
-        """Patch what was imported before installation (the report says so: ``late``)."""
-        self._apply(self._loaded_batch(), window=None, late=True)
-
-    def _loaded_batch(self, *, only_unprocessed: bool = False) -> list[tuple[types.ModuleType, str, list[Target]]]:
-        batch = []
-        for name in self.registry.owner_names():
-            module = sys.modules.get(name)
-            if module is None or not hasattr(module, "__dict__"):
-                continue
-            if isinstance(module, types.ModuleType) and initializing(module):
-                with self.lock:
-                    if name not in self._executing:
-                        self._waiting_on.add(name)  # loading without us: look again once it has loaded
-                continue
-            with self.lock:
-                if only_unprocessed and self._processed_module(name) is module:
-                    continue
-                self._mark_processed(name, module)
-            whole = self.registry.get(name)
-            if whole is not None and isinstance(module, types.ModuleType):
-                self._substitute_loaded(whole, module)
-            targets = self.registry.targets_under(name)
-            if targets:
-                batch.append((module, name, targets))
-        return batch
-
-    def catch_up(self) -> None:
-        """Patch modules that finished loading without this engine seeing them (see the module doc)."""
-        if getattr(self._catching_up, "active", False) or not self.installed:
-            return
-        self._catching_up.active = True
-        try:
-            self._catch_up_due = False
-            with self.lock:
-                self._waiting_on = {n for n in self._waiting_on if _still_loading(n)}
-            if self._pending:
-                self._retry_pending()
-            batch = self._loaded_batch(only_unprocessed=True)
-            if not batch:
-                return
-            # Quiet: targets registered while their module was importing, and modules stored
-            # under a second name. Otherwise the hook was bypassed, which deserves a warning.
-            bypassed = [
-                name
-                for module, name, targets in batch
-                if getattr(module, "__name__", name) == name and any(t.name not in self._quiet for t in targets)
-            ]
-            patches = self._apply(batch, window=None, late=True)
-            self._quiet.difference_update(t.name for _, _, targets in batch for t in targets)
-            if bypassed and patches:
-                self.problems.problem(
-                    "fl_patch: imported without passing through fl_patch's import hook (another import hook "
-                    "ahead of it handled them, or sys.meta_path was changed): "
-                    + ", ".join(sorted({p.target.rpartition(".")[0] for p in patches if _under(p.target, bypassed)}))
-                    + "; their patches were applied after the import"
-                )
-        finally:
-            self._catching_up.active = False
-
-    def _on_registered(self, registrations: list[Registration]) -> None:
-        """New registrations while installed: patch the ones whose module is loaded already.
-
-        A batch (a registry module's registrations) is applied together, so the alias
-        sweep over every loaded module runs once, not once per registration.
-        """
-        if not self.installed:
-            return
-        batch: dict[str, tuple[types.ModuleType, str, list[Target]]] = {}
-        for registration in registrations:
-            target = self.registry.get(registration.target)
-            if target is None:
-                continue
-            loaded = sys.modules.get(target.name)
-            if isinstance(loaded, types.ModuleType):
-                if initializing(loaded):
-                    self._quiet.add(target.name)
-                    self._waiting_on.add(target.name)
-                else:
-                    self._substitute_loaded(target, loaded)
-                continue
-            owner = self._loaded_owner(target)
-            if owner is not None:
-                module, name = owner
-                batch.setdefault(name, (module, name, []))[2].append(target)
-        if batch:
-            self._apply(batch.values(), window=None, late=True)
-
-    def _loaded_owner(self, target: Target) -> tuple[types.ModuleType, str] | None:
-        """The loaded module that owns ``target``, if it has finished loading."""
-        parts = target.parts
-        for end in range(len(parts) - 1, 0, -1):
-            name = ".".join(parts[:end])
-            module = sys.modules.get(name)
-            if module is None:
-                continue
-            with self.lock:
-                if name in self._executing:
-                    return None  # its after_exec has not read the registry yet: it will see this one
-            if isinstance(module, types.ModuleType) and initializing(module):
-                # Importing, but not through the hook (its import began before this registration
-                # made it a watched name): patch it once it has loaded.
-                self._quiet.add(target.name)
-                self._waiting_on.add(name)
-                return None
-            if owned_path(module, parts, name) is not None:
-                with self.lock:
-                    self._mark_processed(name, module)
-                return module, name
-            return None
-        return None
-
-    def _apply(self, batch: Batch, *, window: int | None, late: bool) -> list[AppliedPatch]:
-        applied: list[AppliedPatch] = []
-        for module, name, targets in batch:
-            for target in targets:
-                attr_path = owned_path(module, target.parts, name)  # type: ignore[arg-type]
-                if attr_path is None:
-                    continue
-                try:
-                    patch = target.apply(module, name, attr_path, self, late=late)  # type: ignore[arg-type]
-                except NotYet as exc:
-                    with self.lock:
-                        self._pending.append((target, module, name, attr_path, exc.blocker))  # type: ignore[arg-type]
-                    target.status, target.detail = Status.WAITING, str(exc)
-                    continue
-                if patch is not None:
-                    applied.append(patch)
-        self.bindings.rebind(applied, window)
-        return applied
-
-    def _retry_pending(self) -> None:
-        with self.lock:
-            ready = [entry for entry in self._pending if not _still_loading(entry[4])]
-            self._pending = [entry for entry in self._pending if entry not in ready]
-        applied = []
-        for target, module, name, attr_path, _ in ready:
-            try:
-                patch = target.apply(module, name, attr_path, self, late=False)
-            except NotYet as exc:
-                with self.lock:
-                    self._pending.append((target, module, name, attr_path, exc.blocker))
-                continue
-            if patch is not None:
-                applied.append(patch)
-        if applied:
-            self.bindings.rebind(applied, None)  # later than their modules' load: one sweep of everything
-
-    def _substitute_loaded(self, target: Target, module: types.ModuleType) -> None:
-        patch = target.substitute_loaded(module, self)
-        if patch is not None:
-            self.bindings.rebind_module(patch, module)
-
-    def _mark_processed(self, name: str, module: object) -> None:
-        try:
-            self._processed[name] = weakref.ref(module)  # type: ignore[arg-type]
-        except TypeError:  # an object that takes no weak reference stands in for a module
-            self._processed.pop(name, None)
-
-    def _processed_module(self, name: str) -> object | None:
-        ref = self._processed.get(name)
-        return ref() if ref is not None else None
 
     # ------------------------------------------------------------------ queries and undo
     def original(self, target: str) -> object:
@@ -496,11 +287,6 @@ class Engine:
             self._executing.clear()
 
 
-def _still_loading(name: str) -> bool:
-    module = sys.modules.get(name)
-    return isinstance(module, types.ModuleType) and initializing(module)
-
-
 def _link_to_parent(name: str, module: object) -> None:
     parent_name, _, child = name.rpartition(".")
     parent = sys.modules.get(parent_name) if parent_name else None
@@ -509,10 +295,6 @@ def _link_to_parent(name: str, module: object) -> None:
             setattr(parent, child, module)
         except (AttributeError, TypeError):
             pass
-
-
-def _under(target: str, modules: list[str]) -> bool:
-    return any(target.startswith(name + ".") for name in modules)
 
 
 def _undetected(target: Target) -> list[PatchRecord]:
