@@ -55,7 +55,9 @@ def import_graph() -> dict[str, set[str]]:
                     anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                     base = ".".join([*anchor, base] if base else anchor)
                 # ``from pkg import mod`` imports the module pkg.mod when there is one.
-                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names
+                ]
             graph[name].update(t for t in targets if t in modules and t != name)
     return graph
 
