@@ -11,12 +11,12 @@ and, once fl_patch is installed (``python -m fl_patch train.py``, or the
 sitecustomize in ``sitecustomize_template/``), each registered target is replaced
 the moment its module finishes loading.
 
-The modules behind this API, one purpose each: ``_targets`` (dotted paths,
-``method_key``), ``_registry`` (registrations, vendor selection), ``_vendors``
+The modules behind this API, one purpose each: ``core.paths`` (dotted paths,
+``method_key``), ``core.registry`` (registrations, vendor selection), ``core.vendors``
 (``MG_FL_PREFER`` and platform detection), ``hooks`` (the ``sys.meta_path``
-finder), ``_engine`` (what to patch as a module loads), ``_apply`` (installing and
-reverting one patch), ``_aliases`` (names bound early), ``_sources`` (where
-registrations come from), ``_activation`` (install/uninstall), ``cli``.
+finder), ``engine.observer`` (what to patch as a module loads), ``core.apply`` (installing and
+reverting one patch), ``core.bindings`` (names bound early), ``activation.sources`` (where
+registrations come from), ``activation.install`` (install/uninstall), ``cli``.
 """
 
 from __future__ import annotations

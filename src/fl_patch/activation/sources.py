@@ -5,7 +5,7 @@
 2. Modules named in ``FL_PATCH_REGISTRY`` or ``--registry``.
 3. Installed distributions' entry points in the group ``fl_patch.registries``.
 4. A FlagScale plugin tree: ``megatron/plugin/override_registry.py`` on a ``sys.path``
-   entry the user put there (``_flagscale``, which also makes its own ``decorators.py``
+   entry the user put there (``compat.flagscale_tree``, which also makes its own ``decorators.py``
    and platform detection work with fl_patch).
 
 1 and 2 load at ``install()``. 3 and 4 are discovered when the first megatron module

@@ -9,7 +9,7 @@ may still import it.
 A tree with its own ``decorators.py`` (FlagScale's Megatron-LM-FL) keeps it, and
 ``take_over`` wraps that module's ``register`` the moment its body has run: every call
 still goes to the tree's own registry, unchanged, and also to fl_patch's, pointing at the
-line that made it. See ``_flagscale``.
+line that made it. See ``compat.flagscale_tree``.
 """
 
 from __future__ import annotations

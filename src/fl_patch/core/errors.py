@@ -9,7 +9,7 @@ and the cause, recorded in ``report()``, and upstream code keeps running; with
 
 A strict error is raised where the problem happens, usually inside an import. Upstream
 code that wraps imports in ``try/except`` could swallow it and run on; so every strict
-error is also kept here until it ends the process (``_strict``), which makes the run
+error is also kept here until it ends the process (``activation.strict``), which makes the run
 stop anyway: at the next watched import, or at exit.
 """
 

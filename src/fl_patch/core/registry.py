@@ -4,7 +4,7 @@ It is plain data. Nothing here imports a target or an impl: registering costs a
 dict insert and a walk down a trie, so a registry module of a hundred ``register()``
 calls can be imported at interpreter start-up, and 16,000 of them cost linear time.
 
-Each target is one ``Target`` object (``_target``), which owns its registrations and
+Each target is one ``Target`` object (``core.target``), which owns its registrations and
 everything that happens to them. The index is a trie of dotted segments: a module
 being imported is *watched* when its name is a path in the trie (a package that may
 own a target, or a target replaced whole). Memory is linear in the targets' length,

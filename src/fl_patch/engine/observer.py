@@ -1,11 +1,11 @@
 """The engine: as each watched module finishes loading, the targets it owns are put in place.
 
-It is the import hook's ``ImportObserver``. The targets themselves (``_target``) choose
+It is the import hook's ``ImportObserver``. The targets themselves (``core.target``) choose
 an impl and install it; the engine decides *when*, and does what concerns several
 targets or modules at once:
 
 - after a module body ran, the targets that module owns are applied, then the names
-  that modules loaded *during* that body bound to the originals are swept (``_aliases``);
+  that modules loaded *during* that body bound to the originals are swept (``core.bindings``);
 - every module it observes (all of ``megatron``, and the packages on each target's path)
   that imports a patched name later is recorded, so ``uninstall()`` restores exactly the
   names fl_patch knows about and nothing else;

@@ -127,7 +127,7 @@ def make_counter(target: str, replacement: object) -> object:
 
         wrapper = counted
     functools.update_wrapper(wrapper, impl, updated=())
-    # Not the impl: the installed object's __wrapped__ is the upstream original (``_apply``),
+    # Not the impl: the installed object's __wrapped__ is the upstream original (``core.apply``),
     # which impls written for FlagScale call; pointing it at the impl would make them recurse.
     del wrapper.__wrapped__
     try:
