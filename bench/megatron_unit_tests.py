@@ -142,7 +142,8 @@ def test_files(unit_tests: Path, subset: tuple[str, ...]) -> list[Path]:
 
 def _env(root: Path, mode: str, fl_patch_tree: Path, deps_dir: Path = DEPS_DIR) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not (k.startswith("FL_PATCH") or k == "MG_FL_PREFER")}
-    paths = [str(fl_patch_tree / "sitecustomize_template"), str(fl_patch_tree), str(deps_dir), str(SUPPORT), str(root)]
+    package_root = fl_patch_tree / "src" if (fl_patch_tree / "src" / "fl_patch").is_dir() else fl_patch_tree
+    paths = [str(fl_patch_tree / "sitecustomize_template"), str(package_root), str(deps_dir), str(SUPPORT), str(root)]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.update(
         WORLD_SIZE="1",
@@ -157,6 +158,15 @@ def _env(root: Path, mode: str, fl_patch_tree: Path, deps_dir: Path = DEPS_DIR) 
     return env
 
 
+def _merge_ranks(per_rank: list[dict[str, str]]) -> dict[str, str]:
+    """One outcome per test: ``passed`` only where every rank passed it; else the first rank's other outcome."""
+    merged: dict[str, str] = {}
+    for test_id in sorted({k for outcomes in per_rank for k in outcomes}):
+        seen = [outcomes.get(test_id, "error") for outcomes in per_rank]  # a rank without it never finished it
+        merged[test_id] = "passed" if all(o == "passed" for o in seen) else next(o for o in seen if o != "passed")
+    return merged
+
+
 def run_file(
     root: Path,
     test_file: Path,
@@ -165,15 +175,22 @@ def run_file(
     per_file: int,
     fl_patch_tree: Path = REPO,
     deps_dir: Path = DEPS_DIR,
+    nproc: int = 1,
 ) -> dict[str, object]:
-    """One pytest process for one test file; returns its outcomes and how it ended."""
+    """One pytest process for one test file (``nproc`` > 1: one per rank under torchrun); its outcomes and how it ended."""
     rel = test_file.relative_to(root).as_posix()
     with tempfile.TemporaryDirectory(prefix="mlm-ut-") as tmp:
-        results = Path(tmp) / "results.jsonl"
+        results = Path(tmp) / "results.{rank}.jsonl"
         env = _env(root, mode, fl_patch_tree, deps_dir)
         env["FL_PATCH_MLM_RESULTS"] = str(results)
+        launcher: list[str] = []
+        if nproc > 1:
+            for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+                env.pop(name)  # torchrun sets them per rank
+            launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
         cmd = [
             sys.executable,
+            *launcher,
             "-m",
             "pytest",
             "-q",
@@ -205,14 +222,19 @@ def run_file(
             output, _ = proc.communicate()
             ended = f"killed after {per_file} s"
         seconds = time.perf_counter() - start
-        outcomes: dict[str, str] = {}
+        per_rank: list[dict[str, str]] = []
         details: dict[str, str] = {}
-        if results.exists():
-            for line in results.read_text(encoding="utf-8").splitlines():
-                record = json.loads(line)
-                outcomes[record["id"]] = record["outcome"]
-                if record["detail"]:
-                    details[record["id"]] = record["detail"]
+        for rank in range(nproc):
+            rank_results = Path(str(results).replace("{rank}", str(rank)))
+            rank_outcomes: dict[str, str] = {}
+            if rank_results.exists():
+                for line in rank_results.read_text(encoding="utf-8").splitlines():
+                    record = json.loads(line)
+                    rank_outcomes[record["id"]] = record["outcome"]
+                    if record["detail"] and record["id"] not in details:
+                        details[record["id"]] = (f"rank {rank}: " if nproc > 1 else "") + record["detail"]
+            per_rank.append(rank_outcomes)
+        outcomes = _merge_ranks(per_rank) if nproc > 1 else per_rank[0]
         if not outcomes and ended != "exit":
             outcomes[rel] = "error"
             tail = output.decode(errors="replace").strip().splitlines()[-3:]
@@ -220,6 +242,7 @@ def run_file(
     return {
         "file": rel,
         "mode": mode,
+        "world_size": nproc,
         "ended": ended,
         "seconds": round(seconds, 1),
         "outcomes": outcomes,
@@ -276,6 +299,16 @@ def main(argv: list[str] | None = None) -> int:
         "--json", type=Path, default=REPO / "docs" / "megatron_unit_tests_cpu.json", help="where to write every outcome"
     )
     parser.add_argument("--jobs", type=int, default=1, help="test files run at once")
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        help="world size: > 1 runs each file under torchrun --nproc-per-node N (gloo); a test counts as passed "
+        "only when it passes on every rank",
+    )
+    parser.add_argument(
+        "--compare", type=Path, help="a JSON written at world size 1: its 'on' passes that do not pass here are listed"
+    )
     parser.add_argument("--per-test-timeout", type=int, default=120)
     parser.add_argument("--per-file-timeout", type=int, default=600)
     parser.add_argument(
@@ -314,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.per_file_timeout,
                     args.fl_patch.resolve(),
                     args.deps_dir.resolve(),
+                    args.nproc,
                 )
                 for f in files
             ]
@@ -352,8 +386,28 @@ def main(argv: list[str] | None = None) -> int:
         for test_id in regressions:
             print(f"   REGRESSION {test_id}: {outcomes['on'].get(test_id, 'not run')}")
 
+    compared: dict[str, object] = {}
+    if args.compare is not None and "on" in outcomes:
+        at_one = json.loads(args.compare.read_text(encoding="utf-8"))["outcomes"].get("on", {})
+        here = outcomes["on"]
+        lost = sorted(k for k in here if at_one.get(k) == "passed" and here[k] != "passed")
+        compared = {
+            "against": str(args.compare),
+            "passed_at_world_size_1": sum(1 for k in here if at_one.get(k) == "passed"),
+            "passed_here": sum(1 for v in here.values() if v == "passed"),
+            "passed_here_not_at_1": sorted(k for k, v in here.items() if v == "passed" and at_one.get(k) != "passed"),
+            "passed_at_1_not_here": lost,
+        }
+        print(
+            f"against {args.compare}: {compared['passed_at_world_size_1']} of these passed at world size 1, "
+            f"{compared['passed_here']} pass here; {len(lost)} passed at 1 and not here"
+        )
+        for test_id in lost:
+            print(f"   LOST {test_id}: {here[test_id]} ({record_detail(runs, test_id)})")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     record = {
+        "world_size": args.nproc,
+        "compared": compared,
         "megatron_lm": str(root),
         "megatron_lm_rev": args.rev or _commit(root),
         "fl_patch_rev": _commit(args.fl_patch.resolve()),
@@ -376,6 +430,15 @@ def main(argv: list[str] | None = None) -> int:
     args.json.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {args.json}")
     return 1 if regressions else 0
+
+
+def record_detail(runs: dict[str, list[dict[str, object]]], test_id: str) -> str:
+    """The first line recorded for a test in the 'on' runs (empty when none)."""
+    for result in runs.get("on", []):
+        detail = result["details"].get(test_id)  # type: ignore[union-attr]
+        if detail:
+            return str(detail)
+    return ""
 
 
 def _version(dist: str) -> str | None:

@@ -72,3 +72,27 @@ def test_fused_rope_on_the_host_matches_megatrons_unfused_path() -> None:
     assert result["cases"] >= 45
     assert result["model_loss_fused"] == pytest.approx(result["model_loss_unfused"], rel=1e-5)
     assert result["model_grads_close"] is True
+
+
+def test_te_version_helpers_give_one_answer_without_te_even_with_a_stand_in() -> None:
+    """megatron.core's and megatron-fsdp's helpers agree (no TE), with a marked stand-in importable too."""
+    script = REPO / "tests" / "support" / "ranks" / "te_versions.py"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fl_patch", str(script), "--stand-in"],
+        env=_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["upstream_core"] == "9.9.9"  # upstream reads the stand-in's version: the check can fail
+    assert result == {
+        "installed": "None",
+        "core": "0.0.0",
+        "core_min_1_0": False,
+        "fsdp": "None",
+        "fsdp_min_1_0": False,
+        "upstream_core": "9.9.9",
+    }

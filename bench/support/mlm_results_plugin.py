@@ -21,6 +21,8 @@ def _write(nodeid: str, outcome: str, detail: str = "") -> None:
     path = os.environ.get("FL_PATCH_MLM_RESULTS")
     if not path:
         return
+    # Under torchrun every rank runs the same tests: each writes its own file.
+    path = path.replace("{rank}", os.environ.get("RANK", "0"))
     with open(path, "a", encoding="utf-8") as out:
         out.write(json.dumps({"id": nodeid, "outcome": outcome, "detail": detail[:300]}) + "\n")
 

@@ -118,6 +118,14 @@ for name in ("fused_apply_rotary_pos_emb", "fused_apply_rotary_pos_emb_thd"):
         create=True,
     )
 
+# -- Which Transformer Engine is installed: one answer (te_version.py) for megatron's helpers.
+register(target="megatron.core.utils.get_te_version", impl=f"{_PACK}.te_version.core_get_te_version", vendor=CPU)
+register(
+    target="megatron.core.distributed.fsdp.src.megatron_fsdp.utils.get_te_version",
+    impl=f"{_PACK}.te_version.fsdp_get_te_version",
+    vendor=CPU,
+)
+
 # -- Groups megatron drops at destroy_model_parallel: gloo groups keep threads and sockets
 #    until destroyed; without this each init/destroy cycle leaks ~20 of them (issue 27).
 register(
