@@ -57,8 +57,11 @@ DEPS = (
     "pytest-mock",
     "mock",
     "pytest-timeout",
+    # megatron-core's own "dev" extra (einops~=0.8): parallel_state's hierarchical groups and
+    # megatron-fsdp raise "einops is not installed" without it (8 test_grad_sync tests at 2 ranks).
+    "einops~=0.8",
 )
-DEP_MODULES = ("click", "requests", "pytest_mock", "mock", "pytest_timeout")
+DEP_MODULES = ("click", "requests", "pytest_mock", "mock", "pytest_timeout", "einops")
 
 # The default subset: what megatron-core's training path is made of (parallel state, tensor
 # parallelism, the transformer's local-spec layers, GPT, DDP and its buffers, optimizers and
