@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from . import _kinds
 from ._resolve import Kind, Resolved, describe
 
 if TYPE_CHECKING:
@@ -152,23 +153,22 @@ def build_replacement(resolved: Resolved, impl: object, *, create: bool = False)
             f"{describe(resolved.holder)}.{resolved.name} is a {type(raw).__name__} (a slot or a named-tuple field: "
             "per-instance storage), not a method or class attribute: replacing it would break every instance"
         )
+    # What fits is decided in _kinds, for the engine and --check alike: the wrong kind of
+    # object, a signature that cannot take the target's calls, a class that does not subclass.
+    cause = _kinds.signature_refusal(resolved, impl)
+    if cause is not None:
+        raise ImplMismatch(cause)
     if kind is Kind.CLASS:
-        if not isinstance(impl, type):
-            raise ImplMismatch(f"target is a class, impl is a {type(impl).__name__}")
-        if impl is raw:
-            raise ImplMismatch("impl is the target class itself")
-        if not issubclass(impl, raw):  # type: ignore[arg-type]
-            raise ImplMismatch(
-                f"replacement class {impl.__module__}.{impl.__qualname__} does not subclass "
-                f"{raw.__module__}.{raw.__qualname__}, so isinstance checks against the original would fail"  # type: ignore[attr-defined]
-            )
-        return impl
+        # isinstance/issubclass against the name must hold for the original's instances and
+        # subclasses made before the patch: fl_patch's stand-in class (see _kinds).
+        return _kinds.stand_in_class(raw, impl, resolved.holder, resolved.name)  # type: ignore[arg-type]
+    wrapped, replacement = _kinds.rewrap(resolved, impl)
+    if wrapped:
+        return replacement  # the target's wrapper kind (lru_cache, cached_property, ...) kept
     if kind in (Kind.MODULE, Kind.ATTRIBUTE):
         return impl
     if isinstance(impl, (staticmethod, classmethod, property)):
         return impl
-    if not callable(impl):
-        raise ImplMismatch(f"target is a {kind.value}, impl is not callable ({type(impl).__name__})")
     if kind is Kind.STATICMETHOD:
         return staticmethod(impl)  # type: ignore[arg-type]
     if kind is Kind.CLASSMETHOD:

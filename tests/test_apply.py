@@ -194,16 +194,19 @@ def test_whole_class_seed_pattern_isinstance_pickle_deepcopy(plugin):
     # The impl subclassed the original it imported by its public name: no recursion.
     assert plugin.WarmupStableDecayScheduler.__mro__[1] is upstream
     replacement = optimizer_param_scheduler.OptimizerParamScheduler
-    assert replacement is plugin.WarmupStableDecayScheduler
+    # fl_patch's stand-in (docs/reliability.md, "Identity and kinds of targets"): the impl
+    # itself, subclassed once, named where it is installed, adding nothing.
+    assert replacement.__mro__[1] is plugin.WarmupStableDecayScheduler
+    assert replacement.__qualname__ == "OptimizerParamScheduler" and replacement.__slots__ == ()
     # A caller importing the name now gets the replacement.
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     scheduler = OptimizerParamScheduler(_sgd(), **_scheduler_args())
-    assert type(scheduler) is plugin.WarmupStableDecayScheduler
+    assert type(scheduler) is replacement and isinstance(scheduler, plugin.WarmupStableDecayScheduler)
     assert isinstance(scheduler, upstream)
     assert plugin.CALLS == ["WarmupStableDecayScheduler.__init__"]
-    assert pickle.loads(pickle.dumps(scheduler)).__class__ is plugin.WarmupStableDecayScheduler
-    assert type(copy.deepcopy(scheduler)) is plugin.WarmupStableDecayScheduler
+    assert pickle.loads(pickle.dumps(scheduler)).__class__ is replacement
+    assert type(copy.deepcopy(scheduler)) is replacement
     assert pickle.loads(pickle.dumps(replacement)) is replacement
     assert fl_patch.original(SCHEDULER) is upstream
     fl_patch.uninstall()
