@@ -155,7 +155,7 @@ def build_replacement(resolved: Resolved, impl: object, *, create: bool = False)
         )
     # What fits is decided in _kinds, for the engine and --check alike: the wrong kind of
     # object, a signature that cannot take the target's calls, a class that does not subclass.
-    cause = _kinds.signature_refusal(resolved, impl)
+    cause = _kinds.refusal_cause(resolved, impl)
     if cause is not None:
         raise ImplMismatch(cause)
     if kind is Kind.CLASS:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import types
 import weakref
 from collections.abc import Callable
@@ -47,11 +48,12 @@ __all__ = [
     "Wrapper",
     "fits",
     "is_stand_in",
+    "kind_problem",
     "prefixed",
     "read_signature",
     "refusal",
+    "refusal_cause",
     "rewrap",
-    "signature_refusal",
     "stand_in_class",
     "wrapper_of",
 ]
@@ -70,6 +72,27 @@ def _own(cls: type, name: str) -> object:
     return type.__dict__["__dict__"].__get__(cls).get(name)  # type: ignore[index, attr-defined]
 
 
+_CHECKING = threading.local()
+
+
+def _guarded(cls: type, sub: object, check: Callable[[object, type], bool], obj: object, original: type) -> bool:
+    """``check(obj, original)``, unless this very question is already being asked on this thread.
+
+    An ABC's check walks the original's subclasses, which include the impl and so the
+    stand-in, which asks the original again: the inner question answers by the stand-in's
+    own class machinery alone.
+    """
+    active: set[tuple[int, int]] = _CHECKING.__dict__.setdefault("active", set())
+    key = (id(cls), id(sub))
+    if key in active:
+        return False
+    active.add(key)
+    try:
+        return check(obj, original)
+    finally:
+        active.discard(key)
+
+
 def _stand_in_meta(meta: type) -> type:
     cached = _METAS.get(meta)
     if cached is not None:
@@ -77,13 +100,13 @@ def _stand_in_meta(meta: type) -> type:
 
     def __instancecheck__(cls: type, obj: object) -> bool:
         original = _own(cls, ORIGINAL_ATTR)
-        if original is not None and isinstance(obj, original):  # type: ignore[arg-type]
+        if original is not None and _guarded(cls, type(obj), isinstance, obj, original):
             return True
         return meta.__instancecheck__(cls, obj)  # type: ignore[attr-defined]
 
     def __subclasscheck__(cls: type, sub: type) -> bool:
         original = _own(cls, ORIGINAL_ATTR)
-        if original is not None and issubclass(sub, original):  # type: ignore[arg-type]
+        if original is not None and _guarded(cls, sub, issubclass, sub, original):
             return True
         return meta.__subclasscheck__(cls, sub)  # type: ignore[attr-defined]
 
@@ -213,9 +236,9 @@ def rewrap(resolved: Resolved, impl: object) -> tuple[bool, object]:
             f"the target is a {wrapper.name} (callers use its .{', .'.join(wrapper.api)}); "
             f"the impl must be one too (it is a {_kind_name(impl)})"
         )
-    if isinstance(impl, (staticmethod, classmethod, property)) or not callable(impl):
-        if not isinstance(impl, functools.cached_property):
-            raise ImplMismatch(f"the target is a {wrapper.name}, the impl a {_kind_name(impl)}")
+    own_kind = isinstance(impl, functools.cached_property) and wrapper.wrap is _wrap_cached_property
+    if not own_kind and (isinstance(impl, _DESCRIPTORS) or not callable(impl)):
+        raise ImplMismatch(f"the target is a {wrapper.name}, the impl a {_kind_name(impl)}")
     return True, wrapper.wrap(resolved.raw, impl, resolved.holder, resolved.name)
 
 
@@ -273,8 +296,8 @@ def refusal(resolved: Resolved, impl: object) -> str | None:
             "a class stored on a class is not bound, so it would drop self"
         )
     plain = impl.__func__ if isinstance(impl, (staticmethod, classmethod)) else impl
-    if kind is not Kind.PROPERTY and not callable(plain):
-        return f"the target is {_receiver_note(kind)}, the impl is not callable ({type(impl).__name__})"
+    if not isinstance(impl, property) and not callable(plain):
+        return f"the target is {_receiver_note(kind)}, the impl is not callable ({_kind_name(impl)})"
     return None
 
 
@@ -301,53 +324,50 @@ def prefixed(finding: Finding, prefix: str) -> Finding:
     return Finding(finding.level, prefix + finding.message)
 
 
-def fits(resolved: Resolved, impl: object) -> list[Finding] | None:
-    """Findings on whether ``impl`` can stand in for what ``resolved`` found (None: nothing to compare).
-
-    Errors here are what the engine refuses (``_apply.build_replacement``); warnings it installs.
-    """
+def kind_problem(resolved: Resolved, impl: object) -> str | None:
+    """Why ``impl`` is the wrong kind of object for what ``resolved`` found (None: the kind fits)."""
     raw = resolved.raw
-    kind = resolved.kind
-    if kind is Kind.CLASS:
+    if resolved.kind is Kind.CLASS:
         if not inspect.isclass(impl):
-            return [Finding("error", f"the target is a class, the impl is a {type(impl).__name__}")]
+            return f"the target is a class, the impl a {type(impl).__name__}"
         if impl is raw:
-            return [Finding("error", "the impl is the target class itself")]
+            return "the impl is the target class itself"
         if not issubclass(impl, raw):  # type: ignore[arg-type]
-            return [
-                Finding(
-                    "error",
-                    f"replacement class {impl.__module__}.{impl.__qualname__} does not subclass "
-                    f"{raw.__module__}.{raw.__qualname__}, so isinstance checks against the original would fail",  # type: ignore[attr-defined]
-                )
-            ]
-        constructor = _compare(raw, impl, receiver=False)
-        return None if constructor is None else [prefixed(f, "constructor: ") for f in constructor]
-    wrapper = wrapper_of(raw)
-    if wrapper is not None:
+            return (
+                f"replacement class {impl.__module__}.{impl.__qualname__} does not subclass "
+                f"{raw.__module__}.{raw.__qualname__}, so isinstance checks against the original would fail"  # type: ignore[attr-defined]
+            )
+        return None
+    if wrapper_of(raw) is not None:
         from ._apply import ImplMismatch
 
         try:
             rewrap(resolved, impl)
         except ImplMismatch as exc:
-            return [Finding("error", str(exc))]
-        inner = getattr(raw, "func", None) if isinstance(raw, functools.cached_property) else raw
+            return str(exc)
+        return None
+    return refusal(resolved, impl)
+
+
+def _signature_findings(resolved: Resolved, impl: object) -> list[Finding] | None:
+    raw = resolved.raw
+    kind = resolved.kind
+    plain = impl.__func__ if isinstance(impl, (staticmethod, classmethod)) else impl
+    if kind is Kind.CLASS:
+        constructor = _compare(raw, impl, receiver=False)
+        return None if constructor is None else [prefixed(f, "constructor: ") for f in constructor]
+    wrapper = wrapper_of(raw)
+    if wrapper is not None:
+        if wrapper.wrap is None:
+            return None  # the impl is of the target's own kind: its signature is its own affair
+        inner = raw.func if isinstance(raw, functools.cached_property) else raw
         theirs = impl.func if isinstance(impl, functools.cached_property) else impl
-        if wrapper.wrap is None or inner is None:
-            return None
         return _compare(inner, theirs, receiver=isinstance(resolved.holder, type))
     if kind in (Kind.MODULE, Kind.ATTRIBUTE):
         if kind is Kind.ATTRIBUTE and raw is not None and not isinstance(impl, type(raw)):
-            return [
-                Finding(
-                    "warning", f"the target is of type {type(raw).__name__}, the impl of type {type(impl).__name__}"
-                )
-            ]
+            message = f"the target is of type {type(raw).__name__}, the impl of type {type(impl).__name__}"
+            return [Finding("warning", message)]
         return None
-    wrong = refusal(resolved, impl)
-    if wrong is not None:
-        return [Finding("error", wrong)]
-    plain = impl.__func__ if isinstance(impl, (staticmethod, classmethod)) else impl
     if kind is Kind.FUNCTION:
         return _compare(raw, plain, receiver=False)
     if kind is Kind.METHOD:
@@ -364,10 +384,24 @@ def fits(resolved: Resolved, impl: object) -> list[Finding] | None:
     return None
 
 
-def signature_refusal(resolved: Resolved, impl: object) -> str | None:
-    """The engine's cheap check when applying: the errors ``fits`` finds, as one cause."""
-    findings = fits(resolved, impl)
-    errors = [f.message for f in findings or () if f.level == "error"]
+def fits(resolved: Resolved, impl: object) -> list[Finding] | None:
+    """Findings on whether ``impl`` can stand in for what ``resolved`` found (None: nothing to compare).
+
+    Errors here are exactly what the engine refuses (``_apply.build_replacement``, through
+    ``refusal_cause``); warnings it installs.
+    """
+    wrong = kind_problem(resolved, impl)
+    if wrong is not None:
+        return [Finding("error", wrong)]
+    return _signature_findings(resolved, impl)
+
+
+def refusal_cause(resolved: Resolved, impl: object) -> str | None:
+    """The engine's check when applying (cheap: one ``inspect.signature`` each): why it refuses."""
+    wrong = kind_problem(resolved, impl)
+    if wrong is not None:
+        return wrong
+    errors = [f.message for f in _signature_findings(resolved, impl) or () if f.level == "error"]
     if not errors:
         return None
     where = f"{describe(resolved.holder)}.{resolved.name}"

@@ -358,11 +358,12 @@ def test_a_name_rebound_within_the_same_module_is_patched_too(plugin):
     upstream = fmg._allreduce_non_tensor_model_parallel_grads
     assert fmg._allreduce_layernorm_grads is upstream
     fl_patch.register(
-        "megatron.core.distributed.finalize_model_grads._allreduce_non_tensor_model_parallel_grads", plugin.divide
+        "megatron.core.distributed.finalize_model_grads._allreduce_non_tensor_model_parallel_grads",
+        plugin.takes_anything,
     )
     fl_patch.install()
-    assert fmg._allreduce_non_tensor_model_parallel_grads is plugin.divide
-    assert fmg._allreduce_layernorm_grads is plugin.divide
+    assert fmg._allreduce_non_tensor_model_parallel_grads is plugin.takes_anything
+    assert fmg._allreduce_layernorm_grads is plugin.takes_anything
     fl_patch.uninstall()
     assert fmg._allreduce_non_tensor_model_parallel_grads is upstream
     assert fmg._allreduce_layernorm_grads is upstream
@@ -376,9 +377,9 @@ def test_a_submodule_shadowed_by_a_same_named_function_still_owns_its_targets(pl
     assert not isinstance(moe_package.vllm_fused_moe, type(sys))  # the package attribute is the function
     upstream = vllm_module._ceil_div
     target = "megatron.core.inference.moe.vllm_fused_moe._ceil_div"
-    fl_patch.register(target, plugin.divide)
+    fl_patch.register(target, plugin.takes_anything)
     fl_patch.install()
-    assert vllm_module._ceil_div is plugin.divide
+    assert vllm_module._ceil_div is plugin.takes_anything
     assert status_of(target).module == "megatron.core.inference.moe.vllm_fused_moe"
     fl_patch.uninstall()
     assert vllm_module._ceil_div is upstream
