@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import importlib
 import itertools
+import json
 import pickle
 import sys
 import textwrap
@@ -364,3 +365,69 @@ def test_strict_signature_mismatch_is_an_error_at_start(run_python, sandbox) -> 
     proc = run_python("-c", code, env=env, check=False)
     assert proc.returncode != 0 and "reached the program" not in proc.stdout
     assert "the target takes keyword 'scale'; the impl does not" in proc.stderr, proc.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------------- real megatron-core
+def test_replacing_transformer_config_keeps_mla_models_working(megatron_core, engine) -> None:
+    """FlagScale's Ascend tree replaces TransformerConfig; MLATransformerConfig subclasses the original."""
+    import fltest_plugin.kinds as kinds
+    from megatron.core.transformer import module as megatron_module
+    from megatron.core.transformer import transformer_config
+
+    original = transformer_config.TransformerConfig
+    target = "megatron.core.transformer.transformer_config.TransformerConfig"
+    fl_patch.register(target, "fltest_plugin.kinds.VendorTransformerConfig")
+    fl_patch.install()
+    assert _record(target).status is Status.APPLIED
+    name = transformer_config.TransformerConfig
+    assert megatron_module.TransformerConfig is name  # the name megatron's assert reads
+    mla = transformer_config.MLATransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4)
+    # GraphableMegatronModule.__init__: assert isinstance(config, TransformerConfig)
+    megatron_module.GraphableMegatronModule(mla)
+    assert isinstance(mla, name) and issubclass(transformer_config.MLATransformerConfig, name)
+    from megatron.core.transformer.heterogeneous.heterogeneous_config import HeterogeneousTransformerConfig
+
+    assert issubclass(HeterogeneousTransformerConfig, name)
+    made = name(num_layers=1, hidden_size=64, num_attention_heads=4)
+    assert made.vendor_flag and isinstance(made, kinds.VendorTransformerConfig) and isinstance(made, original)
+    megatron_module.GraphableMegatronModule(made)
+    fl_patch.uninstall()
+    assert transformer_config.TransformerConfig is original and megatron_module.TransformerConfig is original
+
+
+def test_lru_cached_yarn_forward_keeps_cache_clear(megatron_core, engine) -> None:
+    """YarnRotaryEmbedding.__init__ calls self.forward.cache_clear(); a plain impl gets lru_cache's API."""
+    import fltest_plugin.kinds as kinds
+    from megatron.core.models.common.embeddings import yarn_rotary_pos_embedding as yarn
+
+    kinds.CALLS.clear()
+    upstream = vars(yarn.YarnRotaryEmbedding)["forward"]
+    fl_patch.register(kinds.YARN_FORWARD, "fltest_plugin.kinds.yarn_forward")
+    fl_patch.install()
+    assert _record(kinds.YARN_FORWARD).status is Status.APPLIED
+    installed = vars(yarn.YarnRotaryEmbedding)["forward"]
+    assert installed.cache_parameters() == upstream.cache_parameters()  # maxsize=32, typed=False
+    rope = yarn.YarnRotaryEmbedding(kv_channels=16, use_cpu_initialization=True)  # cache_clear() inside
+    kinds.CALLS.clear()
+    first = rope.forward(8)
+    assert rope.forward(8) is first and kinds.CALLS == ["yarn_forward"]  # cached, as upstream's
+    rope.forward.cache_clear()
+    assert rope.forward.cache_info().currsize == 0
+    assert kinds.yarn_forward.__dict__.get("__wrapped__") is None  # the impl itself is not touched
+    assert rope.cos_cached.shape[0] == rope.original_max_position_embeddings  # built by the impl
+    fl_patch.uninstall()
+    assert vars(yarn.YarnRotaryEmbedding)["forward"] is upstream
+
+
+def test_cpu_pack_device_of_stays_a_device_and_check_agrees(run_python) -> None:
+    """The CUDA-on-CPU transfer replaces torch.cuda.device; torch.cuda.device_of subclasses the original."""
+    code = (
+        "import megatron.core, torch, fl_patch, json\n"
+        "d = torch.cuda.device_of(torch.zeros(1))\n"
+        "rec = [r.status.value for r in fl_patch.report() if r.target == 'torch.cuda.device']\n"
+        "print('RESULT' + json.dumps([rec, issubclass(torch.cuda.device_of, torch.cuda.device),\n"
+        "    isinstance(d, torch.cuda.device), type(torch.cuda.device(0)).__mro__[1].__name__]))\n"
+    )
+    proc = run_python("-m", "fl_patch", "-c", code)
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))
+    assert json.loads(line[len("RESULT") :]) == [["applied"], True, True, "Device"]
