@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megatron.core.transformer.transformer_config import TransformerConfig
-
 import torch
+from megatron.core.transformer.transformer_config import TransformerConfig
 
 CALLS: list[str] = []
 YARN_FORWARD = "megatron.core.models.common.embeddings.yarn_rotary_pos_embedding.YarnRotaryEmbedding.forward"
