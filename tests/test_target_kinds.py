@@ -5,7 +5,7 @@ of one kind), activates fl_patch one of three ways (the hook patches the module 
 imports; the module was imported before ``install()``; the registration comes after both),
 and checks the promise of that kind: ``isinstance``/``issubclass`` against the name keep
 holding for everything they held for; a wrapper's API survives; a wrong-kind impl is
-refused with one message that ``--check``'s comparison (``_kinds.fits``) gives too.
+refused with one message that ``--check``'s comparison (``fl_patch.core.kinds.fits``) gives too.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fl_patch
-from fl_patch import Status, _kinds
-from fl_patch._resolve import resolve_in
+from fl_patch import Status
+from fl_patch.core import kinds as _kinds
+from fl_patch.core.resolve import resolve_in
 
 from .conftest import clean_env
 
