@@ -436,3 +436,30 @@ def test_cpu_pack_device_of_stays_a_device(engine) -> None:
     assert isinstance(torch.cuda.device(0), cuda_on_cpu.Device)
     fl_patch.uninstall()
     assert torch.cuda.device is original
+
+
+# ---------------------------------------------------------------------------------- TorchScript
+@pytest.mark.parametrize("way", ["hook", "registered_after_install"])
+def test_torchscript_compiled_before_the_patch_is_reported(engine, sandbox, way) -> None:
+    """torch.jit.script compiled ``caller`` (and ``helper`` with it) at import: it keeps the original."""
+    n = next(_COUNTER)
+    module, impl_module = f"fltk_ts_{n}", f"fltk_ts_impl_{n}"
+    _write(
+        sandbox,
+        module,
+        "import torch\ndef helper(x):\n    return x + 1\n"
+        "@torch.jit.script\ndef caller(x):\n    return helper(x) * 2\n"
+        "def plain(x):\n    return x + 1\n",
+    )
+    _write(sandbox, impl_module, "def helper(x):\n    return x + 100\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _activate(way, f"{module}.helper", f"{impl_module}.helper", module)
+        fl_patch.register(f"{module}.plain", f"{impl_module}.helper")  # compiled by no one: no finding
+    problems = [str(w.message) for w in caught if issubclass(w.category, fl_patch.FlPatchWarning)]
+    record = _record(f"{module}.helper")
+    assert record.status is Status.APPLIED and f"{module}.caller" in record.detail, record.detail
+    assert len(problems) == 1 and f"keeps calling the original: {module}.caller" in problems[0], problems
+    assert (
+        _record(f"{module}.plain").status is Status.APPLIED and "TorchScript" not in _record(f"{module}.plain").detail
+    )

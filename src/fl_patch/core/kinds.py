@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import threading
 import types
 import weakref
@@ -55,6 +56,7 @@ __all__ = [
     "refusal_cause",
     "rewrap",
     "stand_in_class",
+    "torchscript_callers",
     "wrapper_of",
 ]
 
@@ -406,3 +408,30 @@ def refusal_cause(resolved: Resolved, impl: object) -> str | None:
         return None
     where = f"{describe(resolved.holder)}.{resolved.name}"
     return f"the impl cannot take every call {where} takes: {'; '.join(errors)}"
+
+
+# ---------------------------------------------------------------------------------- TorchScript
+def torchscript_callers(original: object) -> list[str]:
+    """TorchScript functions compiled already that call ``original`` (they keep calling it).
+
+    ``torch.jit.script`` compiles a function and every Python function it calls, once, into
+    its compilation unit; a patch applied later cannot reach into that code. Only asked when
+    torch.jit has loaded (fl_patch never imports torch for this).
+    """
+    state = sys.modules.get("torch.jit._state")
+    unit = getattr(state, "_python_cu", None)
+    function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    if unit is None or not isinstance(function, types.FunctionType):
+        return []
+    qualified = f"__torch__.{function.__module__}.{function.__qualname__}"
+    try:
+        if unit.find_function(qualified) is None:
+            return []  # never compiled as anyone's callee
+        callers = []
+        for compiled in unit.get_functions():
+            name = compiled.qualified_name
+            if name != qualified and f"{qualified}(" in compiled.code:
+                callers.append(name.removeprefix("__torch__."))
+        return sorted(callers)
+    except Exception:  # noqa: BLE001  (torch internals of another version: no finding, not a failure)
+        return []

@@ -38,6 +38,7 @@ from fl_patch.core.apply import (
     revert,
 )
 from fl_patch.core.errors import ImplStillLoading, NotYet, PlatformNotReady
+from fl_patch.core.kinds import torchscript_callers
 from fl_patch.core.missing import locate, unusable
 from fl_patch.core.records import Status
 from fl_patch.core.resolve import Kind, Resolved, describe, load_impl, unwrap
@@ -175,6 +176,14 @@ class Target(TargetRecords):
                     patch.previous_own = existing.previous_own
                 detail = "; ".join(filter(None, ["applied after import" if late else "", note]))
                 self._applied(patch, registration, late, detail)
+            scripted = torchscript_callers(resolved.raw)
+            if scripted:  # (outside the lock: the problem may be a strict error)
+                cause = (
+                    f"TorchScript compiled before the patch keeps calling the original: {', '.join(scripted)} "
+                    "(torch.jit.script compiles its callees once; register those too, or script them after install)"
+                )
+                self.detail = "; ".join(filter(None, [self.detail, cause]))
+                ctx.problem(f"fl_patch: {self.name} is patched, but {cause}", registration.where)
             return patch
         return None
 
