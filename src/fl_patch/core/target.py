@@ -39,7 +39,7 @@ from fl_patch.core.apply import (
 )
 from fl_patch.core.errors import ImplStillLoading, NotYet, PlatformNotReady
 from fl_patch.core.kinds import torchscript_callers
-from fl_patch.core.missing import locate, unusable
+from fl_patch.core.missing import locate, unusable, upstream_none
 from fl_patch.core.records import Status
 from fl_patch.core.resolve import Kind, Resolved, describe, load_impl, unwrap
 from fl_patch.core.target_records import Selection, TargetRecords
@@ -135,6 +135,8 @@ class Target(TargetRecords):
             cause = unusable(module, attr_path, resolved, _version_note(self.name))
             if cause is not None:
                 return self._missing(first, cause, ctx)
+        if existing is None:
+            note = "; ".join(filter(None, [note, upstream_none(module, attr_path, resolved)]))
         if existing is not None:  # a re-registration replaces our own impl: keep the upstream original
             resolved = Resolved(resolved.holder, resolved.name, existing.original, existing.previous_own is not ABSENT)
         for registration in selection.candidates:

@@ -44,7 +44,7 @@ from fl_patch.activation.settings import ENV
 from fl_patch.core.errors import FlPatchWarning
 from fl_patch.core.kinds import fits as _fits
 from fl_patch.core.kinds import prefixed, read_signature
-from fl_patch.core.missing import locate, unusable
+from fl_patch.core.missing import locate, unusable, upstream_none
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.registration import Registration
 from fl_patch.core.resolve import Kind, Resolved, load_impl, owned_path
@@ -333,6 +333,9 @@ def _check_one(
             cause = unusable(owner.module, attr_path, resolved, where)  # type: ignore[arg-type]
             if note:
                 findings.append(Finding("warning", note))
+            filled = upstream_none(owner.module, attr_path, resolved)  # type: ignore[arg-type]
+            if filled is not None:
+                findings.append(Finding("note", filled))  # ok: what a vendor fills in (the engine's record too)
             if cause is None:
                 result.target_found = True
                 result.kind = resolved.kind.value
