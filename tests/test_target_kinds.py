@@ -463,3 +463,25 @@ def test_torchscript_compiled_before_the_patch_is_reported(engine, sandbox, way)
     assert (
         _record(f"{module}.plain").status is Status.APPLIED and "TorchScript" not in _record(f"{module}.plain").detail
     )
+
+
+# ---------------------------------------------------------------------------------- never mutate
+def test_one_impl_for_two_targets_gives_each_its_own_wrapped(engine, sandbox) -> None:
+    """The CPU pack registers reset_memory_stats for two torch.cuda.memory functions."""
+    n = next(_COUNTER)
+    module, impl_module = f"fltk_shared_{n}", f"fltk_shared_impl_{n}"
+    _write(sandbox, module, "def first(x=None):\n    return 'first'\ndef second(x=None):\n    return 'second'\n")
+    _write(sandbox, impl_module, "def impl(x=None):\n    return 'impl'\n")
+    mod = importlib.import_module(module)
+    first, second = mod.first, mod.second
+    fl_patch.register(f"{module}.first", f"{impl_module}.impl")
+    fl_patch.register(f"{module}.second", f"{impl_module}.impl")
+    fl_patch.install()
+    assert mod.first() == mod.second() == "impl"
+    assert mod.first.__wrapped__ is first and mod.second.__wrapped__ is second  # each its own original
+    assert mod.first is not mod.second and mod.second.__code__ is mod.first.__code__  # the same code
+    assert pickle.loads(pickle.dumps(mod.second)) is mod.second
+    assert fl_patch.original(f"{module}.second") is second
+    fl_patch.uninstall()
+    assert mod.first is first and mod.second is second
+    assert "__wrapped__" not in vars(importlib.import_module(impl_module).impl)

@@ -194,6 +194,8 @@ def install(
         previous_own = vars(holder).get(resolved.name, ABSENT)
     except TypeError:
         previous_own = ABSENT
+    if resolved.exists and resolved.kind in (Kind.FUNCTION, Kind.METHOD, Kind.STATICMETHOD, Kind.CLASSMETHOD):
+        replacement = _unshared(replacement, resolved.raw, holder, resolved.name)
     setattr(holder, resolved.name, replacement)
     patch = AppliedPatch(
         target=target,
@@ -256,6 +258,39 @@ def module_patch(
 def _function_in(obj: object) -> types.FunctionType | None:
     inner = obj.__func__ if isinstance(obj, (staticmethod, classmethod)) else obj
     return inner if isinstance(inner, types.FunctionType) else None
+
+
+def _unshared(replacement: object, original: object, holder: object, name: str) -> object:
+    """``replacement``, or fl_patch's own copy of its function when that function already
+    carries fl_patch's ``__wrapped__`` for another upstream (one impl for two targets: the
+    CPU pack's ``reset_memory_stats``). One function cannot name two originals, and
+    re-pointing it would change what the first target's ``__wrapped__`` is.
+
+    The copy shares the impl's code, globals, defaults and closure (a call costs the same,
+    ``torch.compile`` traces the same code); it is named where it is installed, so pickle
+    finds it there.
+    """
+    function = _function_in(replacement)
+    upstream = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    marked = _WRAPPED_BY_US.get(function) if function is not None else None
+    if function is None or marked is None or marked[0] is upstream:
+        return replacement
+    copy = types.FunctionType(
+        function.__code__, function.__globals__, function.__name__, function.__defaults__, function.__closure__
+    )
+    copy.__kwdefaults__ = function.__kwdefaults__
+    copy.__dict__.update({k: v for k, v in vars(function).items() if k not in ("__wrapped__", "__signature__")})
+    copy.__doc__ = function.__doc__
+    copy.__annotations__ = dict(function.__annotations__)
+    if isinstance(holder, type):
+        copy.__module__, copy.__qualname__ = holder.__module__, f"{holder.__qualname__}.{name}"
+    else:
+        copy.__module__, copy.__qualname__ = getattr(holder, "__name__", function.__module__), name
+    if isinstance(replacement, staticmethod):
+        return staticmethod(copy)
+    if isinstance(replacement, classmethod):
+        return classmethod(copy)
+    return copy
 
 
 def _mark_wrapped(replacement: object, original: object) -> None:
