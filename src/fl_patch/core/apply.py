@@ -273,8 +273,8 @@ def _unshared(replacement: object, original: object, holder: object, name: str) 
     function = _function_in(replacement)
     upstream = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
     marked = _WRAPPED_BY_US.get(function) if function is not None else None
-    if function is None or marked is None or marked[0] is upstream:
-        return replacement
+    if function is None or marked is None or _same_name(marked[0], upstream):
+        return replacement  # (the same upstream, or its fresh copy after a reload or re-import)
     copy = types.FunctionType(
         function.__code__, function.__globals__, function.__name__, function.__defaults__, function.__closure__
     )
@@ -291,6 +291,11 @@ def _unshared(replacement: object, original: object, holder: object, name: str) 
     if isinstance(replacement, classmethod):
         return classmethod(copy)
     return copy
+
+
+def _same_name(a: object, b: object) -> bool:
+    key = ("__module__", "__qualname__")
+    return a is b or all(getattr(a, k, None) == getattr(b, k, None) is not None for k in key)
 
 
 def _mark_wrapped(replacement: object, original: object) -> None:
