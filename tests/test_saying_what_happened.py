@@ -14,8 +14,8 @@ from contextlib import redirect_stderr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fl_patch._errors import FlPatchWarning, warn
-from fl_patch._settings import KNOWN_NAMES, misspelled_names
+from fl_patch.activation.settings import KNOWN_NAMES, misspelled_names
+from fl_patch.core.errors import FlPatchWarning, warn
 
 OTHER_CATEGORIES = st.sampled_from([Warning, UserWarning, RuntimeWarning, DeprecationWarning])
 
@@ -68,4 +68,4 @@ def test_a_misspelled_variable_is_named_with_the_one_meant(data: st.DataObject, 
     if typo in KNOWN_NAMES:  # the slip made another real name
         return
     (message,) = misspelled_names({typo: "1", "PATH": "/bin", "HOME": "/root"})
-    assert f"sets {typo}," in message and "did you mean FL_PATCH" in message or "did you mean MG_FL" in message
+    assert (f"sets {typo}," in message and "did you mean FL_PATCH" in message) or "did you mean MG_FL" in message
