@@ -215,6 +215,15 @@ class _ExtraState:
         )
 
 
+def _no_expert_tp_comm(layer: ColumnParallelLinear | RowParallelLinear) -> None:
+    """An expert linear communicates nothing itself, as TE's (the token dispatcher moves tokens over EP/ETP).
+
+    megatron's local layers skip the TP mapping only with TP or EP > 1; at TP = EP = 1 the mapping is an
+    identity autograd Function returning its input as a view, and ``MLP.forward``'s in-place
+    ``output += bias * scale`` (SequentialMLP with biases) then raises. TE's output is never such a view."""
+    layer.explicit_expert_comm = True
+
+
 class TEColumnParallelLinear(_ExtraState, ColumnParallelLinear):
     """TE's column-parallel linear (``weight`` ``[out/tp, in]``, ``bias``, ``_extra_state``)."""
 
@@ -254,6 +263,8 @@ class TEColumnParallelLinear(_ExtraState, ColumnParallelLinear):
             tp_group=tp_group,
             name=name,
         )
+        if is_expert:
+            _no_expert_tp_comm(self)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:  # type: ignore[override]
         return super().forward(x)
@@ -353,6 +364,8 @@ class TERowParallelLinear(_ExtraState, RowParallelLinear):
             tp_comm_buffer_name=tp_comm_buffer_name,
             tp_group=tp_group,
         )
+        if is_expert:
+            _no_expert_tp_comm(self)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:  # type: ignore[override]
         return super().forward(x)
