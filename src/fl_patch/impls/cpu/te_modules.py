@@ -66,6 +66,7 @@ from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.mlp import MLPSubmodules
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.moe.experts import GroupedMLPSubmodules, SequentialMLP, TEGroupedMLP
+from megatron.core.transformer.torch_norm import WrappedTorchNorm
 from megatron.core.transformer.utils import ensure_metadata_has_dp_cp_group, make_sharded_tensors_for_checkpoint
 from megatron.core.utils import divide, get_pg_rank, get_pg_size, get_tensor_model_parallel_group_if_none
 
@@ -82,6 +83,7 @@ __all__ = [
     "TERowParallelGroupedLinear",
     "TERowParallelLinear",
     "TESpecProvider",
+    "TransformerBlockNorm",
     "attention",
     "grouped_matmul",
     "norm",
@@ -194,6 +196,15 @@ class TENorm:
             config.sequence_parallel,
             config.params_dtype,
         )
+
+
+class TransformerBlockNorm(WrappedTorchNorm):
+    """``TransformerBlock``'s final norm as with TE (``LayerNormImpl = TENorm``); a subclass of the torch norm it
+    replaces there only because fl_patch requires a class to replace a class (that norm, like TE's, returns
+    a module of another class from ``__new__``)."""
+
+    def __new__(cls, config: Any, hidden_size: int, eps: float = 1e-5, **_: Any) -> Any:  # type: ignore[misc]
+        return TENorm(config, hidden_size, eps)
 
 
 # --------------------------------------------------------------------------- linears

@@ -28,7 +28,7 @@ import importlib.util
 
 from fl_patch import register
 
-__all__ = ["TE_CLASS_NAMES", "TE_NAME_TARGETS", "register_te_spec", "te_installed"]
+__all__ = ["TE_ALIAS_TARGETS", "TE_CLASS_NAMES", "TE_NAME_TARGETS", "register_te_spec", "te_installed"]
 
 _MOD = "fl_patch.impls.cpu.te_modules"
 _MC = "megatron.core"
@@ -65,6 +65,13 @@ TE_NAME_TARGETS: tuple[tuple[str, tuple[str, ...]], ...] = (
 to the replaced upstream ``TESpecProvider`` class, as in ``moe_module_specs``, follows it: fl_patch rebinds aliases)."""
 
 
+TE_ALIAS_TARGETS: tuple[tuple[str, str], ...] = (
+    # TransformerBlock's final norm: ``LayerNormImpl = TENorm`` under ``if HAVE_TE`` (else torch's norm).
+    ("transformer.transformer_block.LayerNormImpl", "TransformerBlockNorm"),
+)
+"""``(megatron.core submodule.name, te_modules class)``: names that are TE classes under another name."""
+
+
 def te_installed() -> bool:
     """Whether ``transformer_engine`` can be imported here (found, not imported)."""
     return importlib.util.find_spec("transformer_engine") is not None
@@ -79,3 +86,5 @@ def register_te_spec(vendor: str = "cpu") -> None:
             # create=True: these names are None (or a MagicMock subclass) on purpose where TE is absent, and
             # replacing upstream's "TE is not installed" None is exactly the point here.
             register(target=f"{_MC}.{module}.{name}", impl=f"{_MOD}.{name}", vendor=vendor, create=True)
+    for target, name in TE_ALIAS_TARGETS:
+        register(target=f"{_MC}.{target}", impl=f"{_MOD}.{name}", vendor=vendor)
