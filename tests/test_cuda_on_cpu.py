@@ -127,13 +127,14 @@ def test_install_redirects_and_uninstall_puts_every_original_back() -> None:
 
 
 def test_megatron_without_te_and_flash_attn_with_and_without_the_patches() -> None:
-    """TE layer specs build the local spec (the same model), the FP8 NameError and flash_attn import are fixed,
+    """TE layer specs build TE's module tree (the local model's weights and loss), the FP8 NameError and flash_attn
+    import are fixed,
     compile_helpers does not exit; with the patches disabled, upstream fails at each."""
     on = _run([str(MEGATRON_FIXES), "patched"], _one_rank())
     assert on.returncode == 0, on.stderr[-6000:]
     result = json.loads(on.stdout.strip().splitlines()[-1])
     assert result == {
-        "te_spec_is_local_spec": True,
+        "te_spec_is_te_module_tree": True,
         "same_weights": True,
         "same_loss": True,
         "te_only_option_refused": True,
@@ -143,6 +144,7 @@ def test_megatron_without_te_and_flash_attn_with_and_without_the_patches() -> No
     }
     targets = [
         "megatron.core.models.gpt.gpt_layer_specs.get_gpt_layer_with_transformer_engine_submodules",
+        "megatron.core.models.gpt.gpt_layer_specs.TESpecProvider",
         "megatron.core.tensor_parallel.random.CheckpointWithoutOutput.__init__",
         "megatron.core.utils.get_fa_version",
         "megatron.core.datasets.utils.compile_helpers",

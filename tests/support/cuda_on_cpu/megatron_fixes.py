@@ -1,7 +1,8 @@
 """Run under ``python -m fl_patch``: megatron-core without Transformer Engine and flash-attn.
 
-``patched``: the Transformer Engine GPT layer spec builds megatron-core's local spec (the
-same model, the same loss), a TE-only option is refused by name, activation recompute's
+``patched``: the Transformer Engine GPT layer spec builds TE's module tree on fl_patch's
+TE-compatible modules (TE's parameter names; the local spec's weights under megatron's own
+local -> TE name map, the same loss), a TE-only option is refused by name, activation recompute's
 ``CheckpointWithoutOutput`` runs, ``is_fa_min_version`` answers False and
 ``compile_helpers`` returns. ``upstream`` (run with those patches disabled): what each
 does without them. Prints one JSON line.
@@ -65,12 +66,22 @@ parallel_state.initialize_model_parallel(1, 1)
 
 if sys.argv[1] == "patched":
     te_model, local_model = _model(get_gpt_layer_with_transformer_engine_spec()), _model(get_gpt_layer_local_spec())
-    same_modules = [type(m).__name__ for m in te_model.modules()] == [type(m).__name__ for m in local_model.modules()]
+    te_state = {k: v for k, v in te_model.state_dict().items() if not k.endswith("_extra_state")}
+    # megatron's own table: the local spec's norm prefixes -> TE's fused names (used for its checkpoints).
+    keys_map = get_gpt_layer_local_spec().submodules.sharded_state_dict_keys_map
+    local_state = {}
+    for key, value in local_model.state_dict().items():
+        if key.endswith("_extra_state"):
+            continue
+        for old_prefix, new_prefix in keys_map.items():
+            key = key.replace(f".{old_prefix}", f".{new_prefix}")
+        local_state[key] = value
     result: dict[str, object] = {
-        "te_spec_is_local_spec": same_modules and list(te_model.state_dict()) == list(local_model.state_dict()),
-        "same_weights": all(
-            torch.equal(a, b) for a, b in zip(te_model.parameters(), local_model.parameters(), strict=True)
-        ),
+        "te_spec_is_te_module_tree": type(te_model.decoder.layers[0].self_attention.linear_qkv).__name__
+        == "TELayerNormColumnParallelLinear"
+        and "decoder.layers.0.mlp.linear_fc1.layer_norm_weight" in te_state,
+        "same_weights": sorted(te_state) == sorted(local_state)
+        and all(torch.equal(te_state[k], local_state[k]) for k in te_state),
         "same_loss": bool(torch.equal(_loss(te_model), _loss(local_model))),
         "te_only_option_refused": "use_te_op_fuser"
         in _error(lambda: get_gpt_layer_with_transformer_engine_spec(use_te_op_fuser=True)),

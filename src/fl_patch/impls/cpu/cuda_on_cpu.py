@@ -100,7 +100,7 @@ __all__ = [
 
 REDIRECTED = (
     "'cuda' devices, torch.cuda (one device per local rank, streams, events, RNG), nccl -> gloo, autocast, GradScaler, "
-    "TE layer specs -> local; torch.cuda.is_available() stays False"
+    "TE layer specs -> TE-compatible modules; torch.cuda.is_available() stays False"
 )
 """What the transfer redirects, as the one line says it (docs/cuda_on_cpu.md has the whole list)."""
 

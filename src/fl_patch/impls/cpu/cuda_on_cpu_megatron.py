@@ -121,7 +121,15 @@ def compile_helpers() -> None:
 
 # --------------------------------------------------------------------------- TE layer specs -> local
 def _have_te(module: str) -> bool:
-    return bool(getattr(sys.modules[module], "HAVE_TE", False))
+    """TE itself, or fl_patch's TE-compatible modules (``te_modules.py``) behind the module's ``TESpecProvider``.
+
+    With the TE-compatible modules registered (the CPU pack, where TE is not installed), upstream's TE
+    spec functions build TE's module tree on them, so these patches let upstream run."""
+    namespace = sys.modules[module]
+    if getattr(namespace, "HAVE_TE", False):
+        return True
+    provider = getattr(namespace, "TESpecProvider", None)
+    return getattr(provider, "__module__", "") == "fl_patch.impls.cpu.te_modules"
 
 
 def _refuse_te_only(spec: str, **options: object) -> None:
@@ -129,7 +137,8 @@ def _refuse_te_only(spec: str, **options: object) -> None:
     if given:
         raise ValueError(
             f"{spec}: {', '.join(given)} need Transformer Engine, which is not installed; "
-            "fl_patch's CPU pack builds megatron-core's local spec instead of the TE spec, and it has no such option"
+            "fl_patch's CPU pack builds the TE spec on TE-compatible plain-torch modules (or the local spec), "
+            "which have no such option"
         )
 
 
@@ -167,6 +176,13 @@ def gpt_layer_with_transformer_engine_submodules(
     Drop when: upstream falls back to the local spec itself when TE is absent.
     """
     if _have_te(_GPT_SPECS):
+        if not getattr(sys.modules[_GPT_SPECS], "HAVE_TE", False):
+            _refuse_te_only(
+                "get_gpt_layer_with_transformer_engine_spec",
+                use_te_op_fuser=use_te_op_fuser,
+                use_te_activation_func=use_te_activation_func,
+                use_grouped_gemm_for_dense_mlp=use_grouped_gemm_for_dense_mlp,
+            )
         return fl_patch.original(f"{_GPT_SPECS}.get_gpt_layer_with_transformer_engine_submodules")(  # type: ignore[operator]
             num_experts=num_experts,
             moe_grouped_gemm=moe_grouped_gemm,
@@ -292,9 +308,7 @@ def gpt_moe_module_spec(
     Upstream reference: megatron-core 0.19.2, ``megatron/core/models/gpt/moe_module_specs.py``.
     Drop when: upstream falls back to the local spec itself.
     """
-    from megatron.core.extensions.transformer_engine import HAVE_TE
-
-    if not HAVE_TE:
+    if not _have_te(_MOE_SPECS):
         use_te = False
     return fl_patch.original(f"{_MOE_SPECS}.get_moe_module_spec")(  # type: ignore[operator]
         use_te=use_te, num_experts=num_experts, moe_grouped_gemm=moe_grouped_gemm

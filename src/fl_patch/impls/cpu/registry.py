@@ -41,6 +41,7 @@ for module, view in (
     ("pipeline_parallel.schedules", "SCHEDULES"),
     ("distributed.param_and_grad_buffer", "PARAM_AND_GRAD_BUFFER"),
     ("models.common.embeddings.rotary_pos_embedding", "ROTARY_POS_EMBEDDING"),
+    ("models.common.embeddings.yarn_rotary_pos_embedding", "YARN_ROTARY_POS_EMBEDDING"),
     ("optimizer.optimizer", "OPTIMIZER"),
     ("optimizer.distrib_optimizer", "DISTRIB_OPTIMIZER"),
     ("optimizer.clip_grads", "CLIP_GRADS"),
@@ -147,3 +148,16 @@ register_training()
 from .cuda_on_cpu_registry import register_without_extensions  # noqa: E402
 
 register_without_extensions()
+
+# -- MoE with expert parallelism over gloo: the alltoall dispatcher's split sizes as numpy (moe.py).
+register(
+    target="megatron.core.transformer.moe.moe_utils.maybe_move_tensor_to_cpu",
+    impl=f"{_PACK}.moe.maybe_move_tensor_to_cpu",
+    vendor=CPU,
+)
+
+# -- megatron-core's Transformer Engine layer spec where TE is absent: TE's module tree and
+#    parameter names in plain torch (te_registry.py, te_modules.py, docs/te_spec.md).
+from .te_registry import register_te_spec  # noqa: E402
+
+register_te_spec()

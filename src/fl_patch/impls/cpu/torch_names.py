@@ -30,6 +30,7 @@ __all__ = [
     "TENSOR_PARALLEL_RANDOM",
     "TRANSFORMER_UTILS",
     "UTILS",
+    "YARN_ROTARY_POS_EMBEDDING",
 ]
 
 
@@ -107,6 +108,23 @@ PARAM_AND_GRAD_BUFFER = _view(
     (CPU work is ordered and synchronous, so its waits are no-ops).
     Upstream reference: megatron-core 0.19.2, ``megatron/core/distributed/param_and_grad_buffer.py``.
     Drop when: upstream takes the buffers' device from the parameters.
+    """
+)
+
+YARN_ROTARY_POS_EMBEDDING = _view(
+    """Patch for ``megatron.core.models.common.embeddings.yarn_rotary_pos_embedding.torch``.
+
+    Why: ``YarnRotaryEmbedding.__init__`` runs ``with torch.device(torch.cuda.current_device()):``
+    unless ``use_cpu_initialization`` (``yarn_rotary_pos_embedding.py`` lines 76-78); with the
+    CUDA-on-CPU transfer ``current_device()`` is the ordinal 0, and ``torch.device(0)`` itself
+    raises ``Cannot access accelerator device when none is available`` (no patch of a context
+    reaches a constructor of ``torch.device``); without the transfer ``current_device()`` raises.
+    ``forward`` moves ``inv_freq_extra``/``inv_freq_inter`` to ``current_device()`` (lines 122-126).
+    Multi-latent attention with ``rope_type="yarn"`` (DeepSeek's default) builds it.
+    How: ``current_device()`` of the CPU view is the CPU device.
+    Upstream reference: megatron-core 0.19.2,
+    ``megatron/core/models/common/embeddings/yarn_rotary_pos_embedding.py``.
+    Drop when: upstream allocates on the device of its input or of ``torch.get_default_device()``.
     """
 )
 

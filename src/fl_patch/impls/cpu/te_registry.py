@@ -1,0 +1,88 @@
+"""Registrations for megatron-core's Transformer Engine layer spec without TE (``te_modules.py``, ``docs/te_spec.md``).
+
+Why: megatron-core binds its TE classes module by module (``if HAVE_TE: from
+...extensions.transformer_engine import TELinear ... else: TELinear = None``, or a ``MagicMock``
+subclass where the import is unconditional). Each such name is a module attribute that
+fl_patch replaces with the TE-compatible class, so megatron's own spec functions, its
+``TESpecProvider`` users (``get_backend("transformer_engine")``, ``get_moe_module_spec``) and its
+``isinstance``/``in [TELinear]`` checks (multi-latent attention chooses the down projections'
+``parallel_mode`` that way) run unchanged on them.
+
+How: :data:`TE_NAME_TARGETS` lists, per megatron-core module, the TE names it binds at module
+level that the GPT, BERT and MoE/MLA paths reach (``tests/test_te_spec.py`` re-derives the list
+from the installed megatron-core's source, so a name megatron adds or moves is noticed).
+``megatron.core.extensions.transformer_engine`` itself is left alone: it loads while
+``megatron.core.tensor_parallel`` is still initialising (``tensor_parallel/layers.py`` imports it),
+before the classes here can be built on ``ColumnParallelLinear``; code that imports a TE class from
+it directly gets upstream's stand-in, as without fl_patch. Registered for vendor ``cpu`` (the CPU pack), and only where ``transformer_engine`` cannot be
+found: with TE installed, nothing here applies and megatron uses TE itself. Strings only; no
+import of torch or megatron.
+
+Upstream reference: megatron-core 0.19.2. Drop when: TE (or TE-FL) is installed everywhere
+this runs, or megatron-core ships a backend without TE.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from fl_patch import register
+
+__all__ = ["TE_ALIAS_TARGETS", "TE_CLASS_NAMES", "TE_NAME_TARGETS", "register_te_spec", "te_installed"]
+
+_MOD = "fl_patch.impls.cpu.te_modules"
+_MC = "megatron.core"
+
+TE_CLASS_NAMES: tuple[str, ...] = (
+    "TENorm",
+    "TELinear",
+    "TEColumnParallelLinear",
+    "TERowParallelLinear",
+    "TELayerNormColumnParallelLinear",
+    "TEDotProductAttention",
+    "TEColumnParallelGroupedLinear",
+    "TERowParallelGroupedLinear",
+)
+"""The TE wrapper classes ``te_modules`` provides (megatron-core's names)."""
+
+TE_NAME_TARGETS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # Its TE class names (and models.backends') are upstream's MagicMock subclasses, bound unconditionally:
+    # fl_patch puts no class of another signature there; the provider returns the classes itself.
+    ("extensions.transformer_engine_spec_provider", ("TESpecProvider",)),
+    ("models.gpt.gpt_layer_specs", ("TENorm", "TESpecProvider")),
+    (
+        "models.bert.bert_layer_specs",
+        ("TEDotProductAttention", "TELayerNormColumnParallelLinear", "TERowParallelLinear"),
+    ),
+    ("transformer.attention", ("TELinear", "TENorm")),
+    ("transformer.multi_latent_attention", ("TEColumnParallelLinear", "TELayerNormColumnParallelLinear", "TELinear")),
+    # moe_layer / shared_experts bind TELinear too (latent projections, an isinstance under HAVE_TE); left out:
+    # applying there imports te_modules inside a circular import of megatron's MoE modules.
+)
+"""``(megatron.core submodule, names)``: every module-level TE name on the GPT/BERT/MoE/MLA paths (a name bound
+to the replaced upstream ``TESpecProvider`` class, as in ``moe_module_specs``, follows it: fl_patch rebinds aliases)."""
+
+
+TE_ALIAS_TARGETS: tuple[tuple[str, str], ...] = (
+    # TransformerBlock's final norm: ``LayerNormImpl = TENorm`` under ``if HAVE_TE`` (else torch's norm).
+    ("transformer.transformer_block.LayerNormImpl", "TransformerBlockNorm"),
+)
+"""``(megatron.core submodule.name, te_modules class)``: names that are TE classes under another name."""
+
+
+def te_installed() -> bool:
+    """Whether ``transformer_engine`` can be imported here (found, not imported)."""
+    return importlib.util.find_spec("transformer_engine") is not None
+
+
+def register_te_spec(vendor: str = "cpu") -> None:
+    """Register the TE-compatible modules for ``vendor``, unless Transformer Engine is installed."""
+    if te_installed():
+        return
+    for module, names in TE_NAME_TARGETS:
+        for name in names:
+            # create=True: these names are None (or a MagicMock subclass) on purpose where TE is absent, and
+            # replacing upstream's "TE is not installed" None is exactly the point here.
+            register(target=f"{_MC}.{module}.{name}", impl=f"{_MOD}.{name}", vendor=vendor, create=True)
+    for target, name in TE_ALIAS_TARGETS:
+        register(target=f"{_MC}.{target}", impl=f"{_MOD}.{name}", vendor=vendor)
