@@ -22,6 +22,7 @@ import warnings
 
 from . import _flagscale, _sources
 from ._errors import FlPatchWarning
+from ._gpu_only import GpuOnlyFinder
 from ._runtime import RUNTIME
 from ._settings import Settings, enabled, unrecognised_values
 from .hooks import PatchingFinder, PathHookWatchdog
@@ -102,6 +103,9 @@ def install() -> bool:
         finder = PatchingFinder(engine)
         RUNTIME.finder = finder
         sys.meta_path.insert(0, finder)
+        # Last, so that it is asked only for packages no real finder has (_gpu_only.py).
+        RUNTIME.gpu_only_finder = GpuOnlyFinder()
+        sys.meta_path.append(RUNTIME.gpu_only_finder)
         RUNTIME.path_hook = PathHookWatchdog(finder, engine)
         sys.path_hooks.insert(0, RUNTIME.path_hook)
         engine.installed = True
@@ -146,10 +150,14 @@ def uninstall() -> bool:
     with RUNTIME.lock:
         if not engine.installed:
             return False
-        for hooks, hook in ((sys.meta_path, RUNTIME.finder), (sys.path_hooks, RUNTIME.path_hook)):
+        for hooks, hook in (
+            (sys.meta_path, RUNTIME.finder),
+            (sys.meta_path, RUNTIME.gpu_only_finder),
+            (sys.path_hooks, RUNTIME.path_hook),
+        ):
             while hook is not None and hook in hooks:
                 hooks.remove(hook)
-        RUNTIME.finder = RUNTIME.path_hook = None
+        RUNTIME.finder = RUNTIME.path_hook = RUNTIME.gpu_only_finder = None
         engine.installed = False
     engine.revert_all()
     return True
