@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ._errors import FlPatchWarning
+from ._gates import Gate, parse_gate
 from ._target import Target
 from ._targets import method_key, parse_impl_path, parse_target, parse_vendor
 
@@ -49,14 +50,21 @@ class Registration:
     source: str = "?"
     create: bool = False
     where: tuple[str, int] | None = None  # file and line of the register() call
+    requires: str | None = None  # a version gate, "megatron-core>=0.19,<0.21" (_gates)
     parts: tuple[str, ...] = field(init=False)
     method_key: str = field(init=False)
     impl_name: str = field(init=False)
+    gate: Gate | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.parts = parse_target(self.target)
         self.method_key = method_key(self.target)
         self.impl_name = describe_impl(self.impl)
+        self.gate = parse_gate(self.requires, self.target)
+
+    def for_this_version(self) -> bool:
+        """False when its version gate excludes the installed release (then it is never applied)."""
+        return self.gate is None or self.gate.allows()
 
 
 class _Node:
@@ -93,13 +101,20 @@ class Registry:
         source: str = "?",
         create: bool = False,
         where: tuple[str, int] | None = None,
+        requires: str | None = None,
     ) -> Registration:
         if impl is None:
             raise ValueError(f"fl_patch: invalid impl None for target {target!r}")
         if isinstance(impl, str):
             parse_impl_path(impl)
         registration = Registration(
-            target=target, impl=impl, vendor=parse_vendor(vendor), source=source, create=bool(create), where=where
+            target=target,
+            impl=impl,
+            vendor=parse_vendor(vendor),
+            source=source,
+            create=bool(create),
+            where=where,
+            requires=requires,
         )
         held: list[Registration] | None = getattr(self._held, "pending", None)
         if held is not None:

@@ -115,7 +115,7 @@ class Target:
     def select(self, vendors: tuple[str, ...], disabled: bool) -> Selection:
         if disabled:
             return Selection((), vendors, True)
-        by_vendor = dict(self._by_vendor)
+        by_vendor = {v: r for v, r in self._by_vendor.items() if r.for_this_version()}  # version gates
         return Selection(tuple(by_vendor[v] for v in vendors if v in by_vendor), vendors, False)
 
     # ------------------------------------------------------------------ applying
@@ -388,6 +388,7 @@ class Target:
                     module=self.module,
                     late=bool(self.late and status is Status.APPLIED),
                     source=registration.source,
+                    requires=registration.requires,
                 )
             )
         return records
@@ -397,6 +398,8 @@ class Target:
     ) -> tuple[Status, str]:
         if selection.disabled:
             return Status.DISABLED, "named in FL_PATCH_DISABLE"
+        if registration.gate is not None and not registration.for_this_version():
+            return Status.NOT_FOR_VERSION, registration.gate.describe()
         failed = self._failed.get(id(registration))
         if failed is not None:
             return Status.IMPL_FAILED, failed

@@ -59,6 +59,9 @@ commands:
                         (imports no megatron module)
   --check               import every target module and impl; check each impl can stand in for its
                         target in the installed Megatron; exit status 1 on any problem
+  --check --against V|WHEEL|TREE  (repeatable) the same verdicts, statically, against a megatron-core
+                        that is not installed: a version (wheel fetched into a cache), a wheel, or
+                        a source tree; two --against also print what changes between them
   --json                --list / --check output as JSON
   --version, -h/--help
 """
@@ -185,6 +188,21 @@ def parse(argv: Sequence[str]) -> Options:
     return options
 
 
+def _wants_drift(args: Sequence[str]) -> bool:
+    """``--check --against X`` among fl_patch's own options (not the program's arguments)."""
+    seen: set[str] = set()
+    i = 0
+    while i < len(args) and args[i].startswith("-") and args[i] not in ("-m", "-c", "--", "-"):
+        name = args[i].partition("=")[0]
+        seen.add(name)
+        if name in _WITH_VALUE and "=" not in args[i]:
+            i += 1
+        elif name == "--against" and "=" not in args[i]:
+            i += 1
+        i += 1
+    return "--check" in seen and "--against" in seen
+
+
 def _apply_environment(options: Options) -> None:
     os.environ.update(options.env)
     for variable, values in options.append.items():
@@ -195,8 +213,13 @@ def _apply_environment(options: Options) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m fl_patch`` and ``fl-patch``; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if _wants_drift(args):
+        from ._drift import main as drift_main  # --check --against: static, imports no megatron
+
+        return drift_main(args)
     try:
-        options = parse(sys.argv[1:] if argv is None else argv)
+        options = parse(args)
     except UsageError as exc:
         sys.stderr.write(f"fl_patch: {exc}\n\n{USAGE}")
         return 2
@@ -270,7 +293,8 @@ def _listing(listed: list[Listed]) -> str:
             previous = e.target
         mark = "*" if e.vendor == e.chosen_vendor else " "
         source = "" if e.source.startswith("fl_patch.impls.") else f"  (from {e.source})"  # a pack's is its impl's
-        lines.append(f"  {mark} {e.vendor:<{vendor_width}}  {e.status:<{status_width}}  {e.impl}{source}")
+        gate = f"  [requires {e.requires}]" if e.requires else ""  # a version gate (register(requires=))
+        lines.append(f"  {mark} {e.vendor:<{vendor_width}}  {e.status:<{status_width}}  {e.impl}{source}{gate}")
     targets = len({e.target for e in listed})
     lines.append(f"{len(listed)} registration(s) for {targets} target(s); * marks the vendor chosen on this machine")
     return "\n".join(lines) + "\n"
@@ -301,6 +325,7 @@ def _check(as_json: bool, out: TextIO) -> int:
     out.write(format_table(rows, columns) + "\n")  # type: ignore[arg-type]
     for r in report.results:
         notes = [f"{f.level}: {f.message}" for f in r.findings] + ([f"skipped: {r.skipped}"] if r.skipped else [])
+        notes += [r.not_for_version] if r.not_for_version else []
         if notes:
             out.write(f"\n{r.target} [{r.vendor}] -> {r.impl}\n")
             out.writelines(f"  {note}\n" for note in notes)
