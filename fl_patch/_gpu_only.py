@@ -49,6 +49,7 @@ __all__ = ["GPU_ONLY", "LIVE", "GpuOnlyFinder", "GpuOnlyPackageMissing", "import
 GPU_ONLY: tuple[str, ...] = ("triton", "cupy", "cuda")
 """Top-level packages that exist only with a GPU toolchain (``cuda`` is cuda-python)."""
 
+STAND_IN_VERSION = "0.0.0+flpatch.standin"
 _GUARDS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
 _SKIP_FILES = ("<frozen importlib", "importlib/__init__.py", "importlib\\__init__.py")
 
@@ -148,6 +149,9 @@ class _StandInModule(types.ModuleType):
     def __init__(self, name: str, importer: str) -> None:
         super().__init__(name, f"fl_patch stand-in: {name.split('.', maxsplit=1)[0]} is not installed (GPU-only)")
         self.__path__: list[str] = []  # a package: `import triton.language as tl` works
+        # Release checks at import time (main's ssm/ops/mamba2: `version.parse(triton.__version__)
+        # >= "2.2.0"`): older than any real release, so a feature test picks the oldest path.
+        self.__version__ = STAND_IN_VERSION
         self._fl_importer = importer
 
     def __getattr__(self, name: str) -> _Absent:
