@@ -154,6 +154,12 @@ def _pretrain_dir(tree: Path, work: Path) -> Path:
     for name in PRETRAIN_FILES:
         if (tree / name).exists():
             shutil.copy(tree / name, run / name)
+    # 0.17's model_provider.py imports megatron.legacy, which the megatron-core wheel does not
+    # ship: the release's own megatron/legacy goes beside the script (a namespace portion of
+    # `megatron`, like the wheel's, so megatron.core and megatron.training still come from the venv).
+    uses_legacy = any("megatron.legacy" in (run / n).read_text() for n in PRETRAIN_FILES if (run / n).exists())
+    if uses_legacy and (tree / "megatron" / "legacy").is_dir() and not (run / "megatron" / "legacy").exists():
+        shutil.copytree(tree / "megatron" / "legacy", run / "megatron" / "legacy")
     return run
 
 
@@ -188,9 +194,15 @@ def dp2_save_resume(python: str, tree: Path, work: Path, timeout: int) -> dict[s
     start = time.monotonic()
     rc, full, _ = _torchrun(python, run, [*base, "--train-iters", "8"], timeout)
     if rc != 0:
-        return {"ok": False, "cell": f"straight run: {_error_line(full)}", "seconds": round(time.monotonic() - start, 1)}
+        return {
+            "ok": False,
+            "cell": f"straight run: {_error_line(full)}",
+            "seconds": round(time.monotonic() - start, 1),
+        }
     ckpt = str(work / "ckpt")
-    rc, first, _ = _torchrun(python, run, [*base, "--train-iters", "4", "--save", ckpt, "--save-interval", "4"], timeout)
+    rc, first, _ = _torchrun(
+        python, run, [*base, "--train-iters", "4", "--save", ckpt, "--save-interval", "4"], timeout
+    )
     if rc != 0:
         return {"ok": False, "cell": f"save: {_error_line(first)}", "seconds": round(time.monotonic() - start, 1)}
     rc, resumed, _ = _torchrun(python, run, [*base, "--train-iters", "8", "--load", ckpt], timeout)

@@ -65,14 +65,19 @@ def calls_to_original(tree: ast.AST, target: str, constants: dict[str, object]) 
 
 
 def forwarding_findings(
-    impl: object, target: str, signature: inspect.Signature, *, tree: ast.AST | None = None
+    impl: object,
+    target: str,
+    signature: inspect.Signature,
+    *,
+    tree: ast.AST | None = None,
+    constants: dict[str, object] | None = None,
 ) -> list[Finding]:
     """Errors for each call of the original in ``impl`` that ``signature`` does not accept.
 
     ``signature`` is the original's as it is called (a method's includes ``self``).
-    ``tree``: the impl's parsed source when it is not importable here (the static drift check).
+    ``tree`` / ``constants``: the impl's parsed ``def`` and its module's string constants, when
+    it is not imported (the static drift check).
     """
-    constants: dict[str, object] = {}
     if tree is None:
         function = _function_of(impl)
         if function is None:
@@ -84,9 +89,8 @@ def forwarding_findings(
         except (OSError, TypeError, SyntaxError, ValueError):
             return []
         constants = {k: v for k, v in getattr(function, "__globals__", {}).items() if isinstance(v, str)}
-    else:
-        constants = _module_constants(tree)
     findings = []
+    constants = constants or {}
     for call in calls_to_original(tree, target, constants):
         problem = _binds(call, signature)
         if problem is not None:
@@ -100,18 +104,6 @@ def forwarding_findings(
                 )
             )
     return findings
-
-
-def _module_constants(tree: ast.AST) -> dict[str, object]:
-    constants: dict[str, object] = {}
-    for node in getattr(tree, "body", []):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            for t in node.targets:
-                if isinstance(t, ast.Name):
-                    constants[t.id] = node.value.value
-        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.JoinedStr):
-            pass  # an f-string constant: not resolvable statically without its parts
-    return constants
 
 
 def _binds(call: ast.Call, signature: inspect.Signature) -> str | None:
