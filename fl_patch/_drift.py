@@ -414,7 +414,14 @@ def _impl_module_tree(module: str) -> tuple[ast.Module | None, str | None]:
         top = importlib.util.find_spec(parts[0])
     except (ImportError, ValueError):
         return None, None
-    if top is None or not top.submodule_search_locations:
+    if top is None:
+        return None, None
+    if not top.submodule_search_locations:  # a plain top-level module: `mod.func`
+        if len(parts) == 1 and top.origin and top.origin.endswith(".py"):
+            try:
+                return ast.parse(Path(top.origin).read_text(encoding="utf-8")), top.origin
+            except (OSError, SyntaxError):
+                return None, top.origin
         return None, None
     for base in top.submodule_search_locations:
         path = Path(base, *parts[1:])

@@ -134,6 +134,8 @@ class _Absent:
         importers = _SERVED.setdefault(package, [])
         if caller not in importers and (caller == "megatron" or caller.startswith("megatron.")):
             importers.append(caller)
+        if len(args) == 1 and not kwargs and isinstance(args[0], _Absent):
+            return _Absent(f"{self._fl_name}({args[0]._fl_name})", caller)  # stacked decorators
         if len(args) == 1 and not kwargs and callable(args[0]) and hasattr(args[0], "__qualname__"):
             return _Absent(f"{self._fl_name}({args[0].__qualname__})", caller)  # type: ignore[attr-defined]
         return _Absent(f"{self._fl_name}(...)", caller)
