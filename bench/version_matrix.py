@@ -5,7 +5,7 @@ this repo ``--no-deps -e``) it runs, each in a fresh process, with a time limit:
 
 - ``check``: ``python -m fl_patch --check --json`` -> the number of errors;
 - ``demo``: ``python -m fl_patch examples/train_gpt.py --steps 4`` -> last loss;
-- ``pretrain_cpu``: ``python -m fl_patch examples/pretrain_gpt_cpu.py`` (its small defaults);
+- ``pretrain_cpu``: ``python -m fl_patch examples/pretrain_gpt_cpu.py`` (the arguments below, 6 iterations);
 - ``pretrain_gpt``: that release's own Megatron-LM ``pretrain_gpt.py`` (from a source tree:
   ``--megatron-lm VERSION=DIR``; only its three top-level files are used, ``megatron`` comes
   from the venv), 1 rank, 6 iterations;
@@ -139,7 +139,7 @@ def demo(python: str, work: Path, timeout: int) -> dict[str, object]:
 
 
 def pretrain_cpu(python: str, work: Path, timeout: int) -> dict[str, object]:
-    cmd = [python, "-m", "fl_patch", str(REPO / "examples" / "pretrain_gpt_cpu.py")]
+    cmd = [python, "-m", "fl_patch", str(REPO / "examples" / "pretrain_gpt_cpu.py"), *PRETRAIN_ARGS, "--train-iters", "6"]
     env = _env() | {"MASTER_PORT": _port()}
     rc, out, took = _run(cmd, work, timeout, env)
     losses = LOSS.findall(out) or re.findall(r"loss[ =:]+([0-9]+\.[0-9]+)", out)

@@ -45,15 +45,14 @@ import time
 _PROGRAM_START_TIME = time.time()
 
 from functools import partial  # noqa: E402
+from importlib.metadata import version as _version  # noqa: E402
 from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
+from packaging.version import Version  # noqa: E402
 
-try:  # this script drives 0.19's megatron.training API; say so on an older release, not an ImportError
-    from megatron.training.argument_utils import gpt_config_from_args as _probe  # noqa: F401
-except ImportError:
+if Version(_version("megatron-core")).release < (0, 19):  # 0.19's megatron.training API: say so, not ImportError
     import sys
-    from importlib.metadata import version as _version
 
     sys.exit(
         f"pretrain_gpt_cpu.py follows Megatron-LM core_v0.19.0's pretrain_gpt.py and needs megatron-core >= 0.19 "

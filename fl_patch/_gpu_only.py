@@ -13,9 +13,11 @@ package of :data:`GPU_ONLY` when, and only when, the import would otherwise fail
 megatron module:
 
 - the module running the ``import`` statement is under ``megatron``;
-- no import on the stack is guarded (inside a ``try`` whose handler catches
+- no megatron import on the stack is guarded (inside a ``try`` whose handler catches
   ``ImportError``): a module that guards ``import triton`` (or imports a module that
-  does) keeps upstream's behaviour, its ``HAVE_TRITON = False`` fallback included;
+  does) keeps upstream's behaviour, its ``HAVE_TRITON = False`` fallback included. A
+  guard outside megatron (a user's ``try: import megatron.training ...``) does not count:
+  it asks whether megatron imports, which the stand-in is there to make true;
 - it is a real ``import`` statement, not ``importlib.util.find_spec("triton")`` (a
   feature probe keeps its answer: not installed).
 
@@ -221,13 +223,17 @@ def _unguarded_megatron_importer(package: str) -> str | None:
             frame = frame.f_back
             continue
         is_import, guarded = _line_kind(filename, frame.f_lineno)
+        name = frame.f_globals.get("__name__")
+        in_megatron = isinstance(name, str) and (name == "megatron" or name.startswith("megatron."))
         if importer is None:
-            name = frame.f_globals.get("__name__")
-            if not is_import or not isinstance(name, str) or not (name == "megatron" or name.startswith("megatron.")):
+            if not is_import or not in_megatron:
                 return None  # not an import statement (a find_spec probe), or not megatron's
             importer = name
-        if guarded:
-            return None  # code up the stack handles the ImportError: upstream's fallback stays
+        if guarded and in_megatron:
+            # Megatron code up the stack handles the ImportError: upstream's fallback stays. (A
+            # guard in the user's script is a probe for megatron itself, not for triton: megatron
+            # importing is what it asks, so it does not count.)
+            return None
         frame = frame.f_back
     return importer
 
