@@ -231,6 +231,7 @@ def check(*, activation: bool = True) -> CheckReport:
         elif issubclass(warning.category, (FlPatchWarning, RuntimeWarning)):
             messages.append(text)
     messages.extend(_all_gated_out(registrations))
+    messages.extend(_stand_ins_served())
     report = CheckReport(
         megatron_core=megatron_core_version(),
         vendors=tuple(vendors),
@@ -256,6 +257,28 @@ def _not_for_version(registration: Registration, record: PatchRecord | None) -> 
         requires=registration.requires,
         not_for_version=registration.gate.describe(),
     )
+
+
+def _stand_ins_served() -> list[str]:
+    """Which megatron modules imported a missing GPU-only package and got the stand-in (_gpu_only)."""
+    from ._gpu_only import served
+
+    return [
+        f"{package} is not installed (GPU-only): megatron modules that import it unguarded got fl_patch's "
+        f"stand-in, whose kernels raise when called: {', '.join(importers)}"
+        for package, importers in served().items()
+    ]
+
+
+def _import_failure(name: str, exc: BaseException) -> str:
+    """'module X fails to import: ...', naming the module whose import failed when it is another one."""
+    from ._gpu_only import importer_of
+
+    text = f"module {name} fails to import: {type(exc).__name__}: {exc}"
+    culprit = importer_of(exc)
+    if culprit is not None and culprit != name and culprit.startswith("megatron"):
+        text += f" (raised in {culprit})"
+    return text
 
 
 def _all_gated_out(registrations: list[Registration]) -> list[str]:
@@ -303,9 +326,9 @@ def _import_owner(target: str) -> _Owner:
         except ModuleNotFoundError as exc:
             if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
                 continue
-            return _Owner(error=f"module {name} fails to import: {type(exc).__name__}: {exc}")
+            return _Owner(error=_import_failure(name, exc))
         except Exception as exc:  # noqa: BLE001  (an upstream module that breaks is the finding)
-            return _Owner(error=f"module {name} fails to import: {type(exc).__name__}: {exc}")
+            return _Owner(error=_import_failure(name, exc))
         break
     if module is None:
         return _Owner(error=f"no module of {target} is installed")

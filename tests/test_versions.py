@@ -118,6 +118,11 @@ def test_gates_apply_list_and_check_on_the_installed_release(run_python, tmp_pat
     levels = {(r["target"].rsplit(".", 1)[1], r["vendor"]): r for r in report["registrations"]}
     assert levels[("get_tensor_model_parallel_world_size", "cpu")]["level"] == "ok"
     assert levels[("get_tensor_model_parallel_world_size", "default")]["level"] == "not for this version"
+    # Without the CPU pack, megatron.core's unguarded `import triton` got the stand-in: --check says where.
+    assert any(
+        m.startswith("triton is not installed (GPU-only)") and "megatron.core.transformer.moe.ops.paged_stash" in m
+        for m in report["messages"]
+    ), report["messages"]
     gated_out = [m for m in report["messages"] if "get_data_parallel_world_size" in m]
     assert len(gated_out) == 1 and "no registration is for this version" in gated_out[0]
     forwarding = levels[("get_pipeline_model_parallel_world_size", "cpu")]
