@@ -99,13 +99,18 @@ def apply_rotary_pos_emb(
     ``cu_seqlens, mscale, cp_group, mla_rotary_interleaved`` (the last is 0.19's only) arrive
     in ``args``/``kwargs``: the fallback passes upstream only what its caller passed.
     """
-    named = dict(zip(("cu_seqlens", "mscale", "cp_group", "mla_rotary_interleaved"), args, strict=False))
+    known = ("cu_seqlens", "mscale", "cp_group", "mla_rotary_interleaved")
+    named = dict(zip(known, args, strict=False))
     named.update(kwargs)
     cu_seqlens = named.get("cu_seqlens")
     mscale = named.get("mscale", 1.0)
     mla_rotary_interleaved = named.get("mla_rotary_interleaved", False)
     mla = config.multi_latent_attention if mla_rotary_interleaved is None else mla_rotary_interleaved
-    reason = _reason(t, freqs, config, cu_seqlens, bool(mla))
+    # A parameter of a later release (main's `inverse`) that the kernel does not implement, set: upstream.
+    later = {k: v for k, v in named.items() if k not in known and v not in (None, False)}
+    if len(args) > len(known):
+        later["positional"] = args[len(known) :]
+    reason = f"{', '.join(later)} not in the kernel" if later else _reason(t, freqs, config, cu_seqlens, bool(mla))
     if reason is not None:
         fallback("rope", reason)
         return fl_patch.original(TARGET)(t, freqs, config, *args, **kwargs)
