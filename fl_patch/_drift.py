@@ -45,7 +45,7 @@ from ._forwarding import forwarding_findings
 from ._gates import package_info_version, parse_gate
 from ._signatures import compare_signatures
 
-__all__ = ["DriftResult", "MegatronSource", "drift", "main", "open_source"]
+__all__ = ["DriftResult", "MegatronSource", "drift", "open_source", "run"]
 
 
 # ------------------------------------------------------------------------------------------ sources
@@ -601,30 +601,8 @@ def _diff(a: tuple[str, list[DriftResult]], b: tuple[str, list[DriftResult]]) ->
     return changes
 
 
-def main(argv: list[str]) -> int:
-    """``python -m fl_patch --check --against A [--against B] [--json] [--offline]``."""
-    against: list[str] = []
-    as_json = offline = False
-    i = 0
-    while i < len(argv):
-        word = argv[i]
-        if word == "--against" or word.startswith("--against="):
-            if "=" in word:
-                against.append(word.partition("=")[2])
-            elif i + 1 < len(argv):
-                i += 1
-                against.append(argv[i])
-            else:
-                sys.stderr.write("fl_patch: --against needs a megatron-core version, a wheel or a source tree\n")
-                return 2
-        elif word == "--json":
-            as_json = True
-        elif word == "--offline":
-            offline = True
-        elif word != "--check":
-            sys.stderr.write(f"fl_patch: {word!r} is not an option of --check --against\n")
-            return 2
-        i += 1
+def run(against: list[str], *, as_json: bool = False, offline: bool = False) -> int:
+    """``python -m fl_patch --check --against A [--against B] [--json] [--offline]``: the exit status."""
     try:
         sources = [open_source(spec, offline=offline) for spec in against]
     except ValueError as exc:

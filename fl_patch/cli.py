@@ -60,8 +60,8 @@ commands:
   --check               import every target module and impl; check each impl can stand in for its
                         target in the installed Megatron; exit status 1 on any problem
   --check --against V|WHEEL|TREE  (repeatable) the same verdicts, statically, against a megatron-core
-                        that is not installed: a version (wheel fetched into a cache), a wheel, or
-                        a source tree; two --against also print what changes between them
+                        that is not installed: a version (wheel fetched into a cache; --offline:
+                        cache only), a wheel, or a source tree; two --against also print the diff
   --json                --list / --check output as JSON
   --version, -h/--help
 """
@@ -188,19 +188,37 @@ def parse(argv: Sequence[str]) -> Options:
     return options
 
 
-def _wants_drift(args: Sequence[str]) -> bool:
-    """``--check --against X`` among fl_patch's own options (not the program's arguments)."""
-    seen: set[str] = set()
+def _take_drift_args(args: Sequence[str]) -> tuple[list[str], bool, list[str]]:
+    """``--against X`` (repeatable) and ``--offline`` among fl_patch's own options: (sources, offline, the rest).
+
+    Only words before the program count (a program's own ``--against`` is its business).
+    """
+    against: list[str] = []
+    offline = False
+    rest: list[str] = []
     i = 0
-    while i < len(args) and args[i].startswith("-") and args[i] not in ("-m", "-c", "--", "-"):
-        name = args[i].partition("=")[0]
-        seen.add(name)
-        if name in _WITH_VALUE and "=" not in args[i]:
-            i += 1
-        elif name == "--against" and "=" not in args[i]:
-            i += 1
+    while i < len(args):
+        word = args[i]
+        if not word.startswith("-") or word in ("-m", "-c", "--", "-") or word.startswith(("-m", "-c")):
+            rest.extend(args[i:])
+            break
+        name, eq, value = word.partition("=")
+        if name == "--against":
+            if not eq:
+                if i + 1 >= len(args):
+                    raise UsageError("--against needs a megatron-core version, a wheel or a source tree")
+                i += 1
+                value = args[i]
+            against.append(value)
+        elif word == "--offline":
+            offline = True
+        else:
+            rest.append(word)
+            if name in _WITH_VALUE and not eq and i + 1 < len(args):
+                i += 1
+                rest.append(args[i])
         i += 1
-    return "--check" in seen and "--against" in seen
+    return against, offline, rest
 
 
 def _apply_environment(options: Options) -> None:
@@ -214,12 +232,11 @@ def _apply_environment(options: Options) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m fl_patch`` and ``fl-patch``; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if _wants_drift(args):
-        from ._drift import main as drift_main  # --check --against: static, imports no megatron
-
-        return drift_main(args)
     try:
+        against, offline, args = _take_drift_args(args)
         options = parse(args)
+        if against and options.command != "check":
+            raise UsageError("--against goes with --check")
     except UsageError as exc:
         sys.stderr.write(f"fl_patch: {exc}\n\n{USAGE}")
         return 2
@@ -232,6 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(f"fl_patch {__version__}\n")
         return 0
     _apply_environment(options)
+    if against:
+        from ._drift import run as drift_run  # --check --against: static, imports no megatron
+
+        return drift_run(against, as_json=options.json, offline=offline)
     if options.command in ("list", "check"):
         with _stdout_for_json_only(options.json) as out:
             return _list(options.json, out) if options.command == "list" else _check(options.json, out)

@@ -264,9 +264,14 @@ def test_check_against_wheels_predicts_moves_and_forwarding(run_python, tmp_path
     assert stash["level"] == "error" and "megatron.core.transformer.moe.paged_stash" not in stash["moved_to"]
     warm = found["megatron.training.initialize._warmup_jit_function"]
     assert warm["level"] == "error" and any("has no parameter 'tp_size'" in f for f in warm["findings"])
-    # ... and the text form says the same, in one line each.
-    text = run_python("-m", "fl_patch", "--check", "--against", str(wheel_017), env=env_old, check=False).stdout
+    # ... and the text form says the same; no megatron module was imported for it.
+    code = (
+        "import sys; from fl_patch._drift import run; rc = run([sys.argv[1]]);"
+        "print('rc', rc, 'megatron imported:', sorted(m for m in sys.modules if m.startswith('megatron')))"
+    )
+    text = run_python("-c", code, str(wheel_017), env=env_old).stdout
     assert "defined at megatron.training.utils.get_device_arch_version" in text
+    assert "rc 1 megatron imported: []" in text
 
 
 def test_check_against_bad_input_is_one_clear_message(run_python, tmp_path: Path) -> None:
