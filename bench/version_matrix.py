@@ -139,7 +139,15 @@ def demo(python: str, work: Path, timeout: int) -> dict[str, object]:
 
 
 def pretrain_cpu(python: str, work: Path, timeout: int) -> dict[str, object]:
-    cmd = [python, "-m", "fl_patch", str(REPO / "examples" / "pretrain_gpt_cpu.py"), *PRETRAIN_ARGS, "--train-iters", "6"]
+    cmd = [
+        python,
+        "-m",
+        "fl_patch",
+        str(REPO / "examples" / "pretrain_gpt_cpu.py"),
+        *PRETRAIN_ARGS,
+        "--train-iters",
+        "6",
+    ]
     env = _env() | {"MASTER_PORT": _port()}
     rc, out, took = _run(cmd, work, timeout, env)
     losses = LOSS.findall(out) or re.findall(r"loss[ =:]+([0-9]+\.[0-9]+)", out)
