@@ -198,7 +198,9 @@ def tp2(python: str, tree: Path, work: Path, timeout: int) -> dict[str, object]:
 def dp2_save_resume(python: str, tree: Path, work: Path, timeout: int) -> dict[str, object]:
     """DP=2, distributed optimizer: 8 iterations straight, and 4 + resume to 8; the last 3 losses must match."""
     run = _pretrain_dir(tree, work)
-    base = ["--use-distributed-optimizer", "--hidden-dropout", "0.1"]
+    # One schedule for all three runs: --lr-decay-iters defaults to --train-iters, and upstream
+    # refuses to resume a checkpoint whose scheduler was built for another total (0.17 asserts).
+    base = ["--use-distributed-optimizer", "--hidden-dropout", "0.1", "--lr-decay-iters", "8", "--lr-warmup-iters", "2"]
     start = time.monotonic()
     rc, full, _ = _torchrun(python, run, [*base, "--train-iters", "8"], timeout)
     if rc != 0:
