@@ -25,8 +25,8 @@ from fl_patch.activation.runtime import RUNTIME
 from fl_patch.activation.settings import Settings, enabled, unrecognised_values
 from fl_patch.compat import flagscale_tree as _flagscale
 from fl_patch.core.errors import FlPatchWarning
-from fl_patch.hooks.gpu_only import GpuOnlyFinder
 from fl_patch.hooks import PatchingFinder, PathHookWatchdog
+from fl_patch.hooks.gpu_only import GpuOnlyFinder
 
 __all__ = ["current_finder", "install", "is_installed", "load_sources", "uninstall"]
 
