@@ -45,9 +45,20 @@ import time
 _PROGRAM_START_TIME = time.time()
 
 from functools import partial  # noqa: E402
+from importlib.metadata import version as _version  # noqa: E402
 from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
+from packaging.version import Version  # noqa: E402
+
+if Version(_version("megatron-core")).release < (0, 19):  # 0.19's megatron.training API: say so, not ImportError
+    import sys
+
+    sys.exit(
+        f"pretrain_gpt_cpu.py follows Megatron-LM core_v0.19.0's pretrain_gpt.py and needs megatron-core >= 0.19 "
+        f"(installed: {_version('megatron-core')}); on this release run that release's own pretrain_gpt.py "
+        "(docs/versions.md)"
+    )
 from megatron.core import mpu  # noqa: E402
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder  # noqa: E402
 from megatron.core.datasets.gpt_dataset import GPTDatasetConfig, MockGPTDataset  # noqa: E402

@@ -154,6 +154,21 @@ def build_model(args: argparse.Namespace, device: torch.device) -> tuple[Distrib
     return DistributedDataParallel(config=config, ddp_config=ddp_config, module=model), config
 
 
+def null_tokenizer(vocab_size: int) -> object:
+    """megatron-core's null tokenizer whose ids (end-of-document included) are all < ``vocab_size``.
+
+    Releases differ: up to 0.18 its end-of-document id is ``vocab_size`` (one more id than
+    asked for, which the model's embedding would not have), from 0.19 on ``vocab_size - 1``.
+    """
+    tokenizer = MegatronTokenizer.from_pretrained(metadata_path={"library": "null-text"}, vocab_size=vocab_size)
+    extra = int(tokenizer.vocab_size) - vocab_size
+    if extra > 0:
+        tokenizer = MegatronTokenizer.from_pretrained(
+            metadata_path={"library": "null-text"}, vocab_size=vocab_size - extra
+        )
+    return tokenizer
+
+
 def build_dataset(args: argparse.Namespace) -> MockGPTDataset:
     samples = (
         (args.steps + 1) * args.micro_batch_size * args.num_microbatches * parallel_state.get_data_parallel_world_size()
@@ -165,7 +180,7 @@ def build_dataset(args: argparse.Namespace) -> MockGPTDataset:
         reset_attention_mask=False,
         eod_mask_loss=False,
         create_attention_mask=False,
-        tokenizer=MegatronTokenizer.from_pretrained(metadata_path={"library": "null-text"}, vocab_size=args.vocab_size),
+        tokenizer=null_tokenizer(args.vocab_size),
         mid_level_dataset_surplus=0.005,
     )
     train, _, _ = BlendedMegatronDatasetBuilder(MockGPTDataset, [samples, 0, 0], lambda: True, config).build()

@@ -32,6 +32,13 @@ fi
 "${pip[@]}" numpy "packaging>=24.2"
 "${pip[@]}" --ignore-requires-python "megatron-core==${FL_PATCH_MEGATRON_CORE:-0.19.2}"
 "${pip[@]}" --ignore-requires-python -e ".[test,train]"
+# Wheels of other supported megatron-core releases, for `--check --against` in the tests
+# (tests/test_versions.py): downloaded, never installed (2 MB each).
+mkdir -p .cache/wheels
+for v in ${FL_PATCH_AGAINST_WHEELS:-0.17.1 0.18.2}; do
+  ls .cache/wheels/megatron_core-"$v"-*.whl >/dev/null 2>&1 \
+    || "$VENV/bin/python" -m pip download -q --no-deps --ignore-requires-python -d .cache/wheels "megatron-core==$v"
+done
 # Triton for the FlagGems pack's kernels in Triton's CPU interpreter, kept out of .venv
 # (see the script); the interpreter tests skip without it. FL_PATCH_NO_TRITON=1 skips it.
 if [ -z "${FL_PATCH_NO_TRITON:-}" ]; then

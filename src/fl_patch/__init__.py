@@ -90,7 +90,9 @@ def _process_state() -> Any:
     return RUNTIME
 
 
-def register(target: str, impl: object, vendor: str = "default", *, create: bool = False) -> Registration:
+def register(
+    target: str, impl: object, vendor: str = "default", *, create: bool = False, requires: str | None = None
+) -> Registration:
     """Register ``impl`` to replace ``target`` when ``vendor`` is chosen.
 
     ``impl`` is a dotted path (``pkg.mod.func`` or ``pkg.mod:Cls.method``, imported
@@ -99,6 +101,8 @@ def register(target: str, impl: object, vendor: str = "default", *, create: bool
     does not exist (a backport, such as ``typing.override`` on Python 3.11). A
     malformed target or impl raises ``ValueError`` here; registering the same target
     and vendor again replaces the earlier registration, with a warning.
+    ``requires="megatron-core>=0.19,<0.21"`` gates it on an installed version: outside the
+    range it is not applied and is listed as "not for this version" (``fl_patch.core.gates``).
     """
     caller = sys._getframe(1)
     return _process_state().registry.register(
@@ -108,6 +112,7 @@ def register(target: str, impl: object, vendor: str = "default", *, create: bool
         source=str(caller.f_globals.get("__name__", "?")),
         create=create,
         where=(caller.f_code.co_filename, caller.f_lineno),
+        requires=requires,
     )
 
 

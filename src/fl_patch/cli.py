@@ -59,6 +59,9 @@ commands:
                         (imports no megatron module)
   --check               import every target module and impl; check each impl can stand in for its
                         target in the installed Megatron; exit status 1 on any problem
+  --check --against V|WHEEL|TREE  (repeatable) the same verdicts, statically, against a megatron-core
+                        that is not installed: a version (wheel fetched into a cache; --offline:
+                        cache only), a wheel, or a source tree; two --against also print the diff
   --json                --list / --check output as JSON
   --version, -h/--help
 """
@@ -185,6 +188,39 @@ def parse(argv: Sequence[str]) -> Options:
     return options
 
 
+def _take_drift_args(args: Sequence[str]) -> tuple[list[str], bool, list[str]]:
+    """``--against X`` (repeatable) and ``--offline`` among fl_patch's own options: (sources, offline, the rest).
+
+    Only words before the program count (a program's own ``--against`` is its business).
+    """
+    against: list[str] = []
+    offline = False
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if not word.startswith("-") or word in ("-m", "-c", "--", "-") or word.startswith(("-m", "-c")):
+            rest.extend(args[i:])
+            break
+        name, eq, value = word.partition("=")
+        if name == "--against":
+            if not eq:
+                if i + 1 >= len(args):
+                    raise UsageError("--against needs a megatron-core version, a wheel or a source tree")
+                i += 1
+                value = args[i]
+            against.append(value)
+        elif word == "--offline":
+            offline = True
+        else:
+            rest.append(word)
+            if name in _WITH_VALUE and not eq and i + 1 < len(args):
+                i += 1
+                rest.append(args[i])
+        i += 1
+    return against, offline, rest
+
+
 def _apply_environment(options: Options) -> None:
     os.environ.update(options.env)
     for variable, values in options.append.items():
@@ -195,8 +231,12 @@ def _apply_environment(options: Options) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m fl_patch`` and ``fl-patch``; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        options = parse(sys.argv[1:] if argv is None else argv)
+        against, offline, args = _take_drift_args(args)
+        options = parse(args)
+        if against and options.command != "check":
+            raise UsageError("--against goes with --check")
     except UsageError as exc:
         sys.stderr.write(f"fl_patch: {exc}\n\n{USAGE}")
         return 2
@@ -209,6 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(f"fl_patch {__version__}\n")
         return 0
     _apply_environment(options)
+    if against:
+        from fl_patch.introspection.drift import run as drift_run  # --check --against: static, imports no megatron
+
+        return drift_run(against, as_json=options.json, offline=offline)
     if options.command in ("list", "check"):
         with _stdout_for_json_only(options.json) as out:
             return _list(options.json, out) if options.command == "list" else _check(options.json, out)
@@ -270,7 +314,8 @@ def _listing(listed: list[Listed]) -> str:
             previous = e.target
         mark = "*" if e.vendor == e.chosen_vendor else " "
         source = "" if e.source.startswith("fl_patch.impls.") else f"  (from {e.source})"  # a pack's is its impl's
-        lines.append(f"  {mark} {e.vendor:<{vendor_width}}  {e.status:<{status_width}}  {e.impl}{source}")
+        gate = f"  [requires {e.requires}]" if e.requires else ""  # a version gate (register(requires=))
+        lines.append(f"  {mark} {e.vendor:<{vendor_width}}  {e.status:<{status_width}}  {e.impl}{source}{gate}")
     targets = len({e.target for e in listed})
     lines.append(f"{len(listed)} registration(s) for {targets} target(s); * marks the vendor chosen on this machine")
     return "\n".join(lines) + "\n"
@@ -301,6 +346,7 @@ def _check(as_json: bool, out: TextIO) -> int:
     out.write(format_table(rows, columns) + "\n")  # type: ignore[arg-type]
     for r in report.results:
         notes = [f"{f.level}: {f.message}" for f in r.findings] + ([f"skipped: {r.skipped}"] if r.skipped else [])
+        notes += [r.not_for_version] if r.not_for_version else []
         if notes:
             out.write(f"\n{r.target} [{r.vendor}] -> {r.impl}\n")
             out.writelines(f"  {note}\n" for note in notes)

@@ -25,6 +25,7 @@ from fl_patch.activation.settings import Settings, closest, enabled, misspelled_
 from fl_patch.compat import flagscale_tree as _flagscale
 from fl_patch.core.errors import warn
 from fl_patch.hooks import PatchingFinder, PathHookWatchdog
+from fl_patch.hooks.gpu_only import GpuOnlyFinder
 
 __all__ = ["current_finder", "install", "is_installed", "load_sources", "uninstall"]
 
@@ -142,6 +143,9 @@ def install() -> bool:
         finder = PatchingFinder(engine)
         RUNTIME.finder = finder
         sys.meta_path.insert(0, finder)
+        # Last, so that it is asked only for packages no real finder has (hooks/gpu_only.py).
+        RUNTIME.gpu_only_finder = GpuOnlyFinder()
+        sys.meta_path.append(RUNTIME.gpu_only_finder)
         RUNTIME.path_hook = PathHookWatchdog(finder, engine)
         sys.path_hooks.insert(0, RUNTIME.path_hook)
         engine.installed = True
@@ -186,10 +190,14 @@ def uninstall() -> bool:
     with RUNTIME.lock:
         if not engine.installed:
             return False
-        for hooks, hook in ((sys.meta_path, RUNTIME.finder), (sys.path_hooks, RUNTIME.path_hook)):
+        for hooks, hook in (
+            (sys.meta_path, RUNTIME.finder),
+            (sys.meta_path, RUNTIME.gpu_only_finder),
+            (sys.path_hooks, RUNTIME.path_hook),
+        ):
             while hook is not None and hook in hooks:
                 hooks.remove(hook)
-        RUNTIME.finder = RUNTIME.path_hook = None
+        RUNTIME.finder = RUNTIME.path_hook = RUNTIME.gpu_only_finder = None
         engine.installed = False
     engine.revert_all()
     return True

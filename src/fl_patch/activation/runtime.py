@@ -35,6 +35,7 @@ class Runtime:
         self.lock = _thread.RLock()  # install(), uninstall(), loading sources
         self.settings: Settings | None = None
         self.finder: Any = None  # the PatchingFinder in sys.meta_path while installed
+        self.gpu_only_finder: Any = None  # the GpuOnlyFinder, last in sys.meta_path while installed
         self.path_hook: Any = None  # its watchdog in sys.path_hooks (hooks._watchdog)
         self.sources_loaded = False  # packs and FL_PATCH_REGISTRY modules imported
         self.trigger: Any = None  # _startup's activation trigger in sys.meta_path

@@ -15,6 +15,7 @@ class Status(str, Enum):
     IMPL_FAILED = "impl failed"
     DISABLED = "disabled"
     OTHER_VENDOR = "other vendor chosen"
+    NOT_FOR_VERSION = "not for this version"  # its requires= gate excludes the installed release
 
     @property
     def is_problem(self) -> bool:
@@ -35,6 +36,7 @@ class PatchRecord:
     late: bool = False  # applied to a module imported before fl_patch was installed
     calls: int | None = None  # calls counted through the patch (FL_PATCH_REPORT=1 only)
     source: str = "?"  # the registry module or pack that registered it
+    requires: str | None = None  # its version gate, if any
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)

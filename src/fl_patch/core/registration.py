@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fl_patch.core.gates import Gate, parse_gate
 from fl_patch.core.paths import method_key, parse_target
 
 __all__ = ["Registration", "describe_impl"]
@@ -36,11 +37,18 @@ class Registration:
     source: str = "?"
     create: bool = False
     where: tuple[str, int] | None = None  # file and line of the register() call
+    requires: str | None = None  # a version gate, "megatron-core>=0.19,<0.21" (core/gates.py)
     parts: tuple[str, ...] = field(init=False)
     method_key: str = field(init=False)
     impl_name: str = field(init=False)
+    gate: Gate | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.parts = parse_target(self.target)
         self.method_key = method_key(self.target)
         self.impl_name = describe_impl(self.impl)
+        self.gate = parse_gate(self.requires, self.target)
+
+    def for_this_version(self) -> bool:
+        """False when its version gate excludes the installed release (then it is never applied)."""
+        return self.gate is None or self.gate.allows()

@@ -59,13 +59,20 @@ class Registry:
         source: str = "?",
         create: bool = False,
         where: tuple[str, int] | None = None,
+        requires: str | None = None,
     ) -> Registration:
         if impl is None:
             raise ValueError(f"fl_patch: invalid impl None for target {target!r}")
         if isinstance(impl, str):
             parse_impl_path(impl)
         registration = Registration(
-            target=target, impl=impl, vendor=parse_vendor(vendor), source=source, create=bool(create), where=where
+            target=target,
+            impl=impl,
+            vendor=parse_vendor(vendor),
+            source=source,
+            create=bool(create),
+            where=where,
+            requires=requires,
         )
         held: list[Registration] | None = getattr(self._held, "pending", None)
         if held is not None:

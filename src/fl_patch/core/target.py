@@ -109,7 +109,7 @@ class Target(TargetRecords):
     def select(self, vendors: tuple[str, ...], disabled: bool) -> Selection:
         if disabled:
             return Selection((), vendors, True)
-        by_vendor = dict(self._by_vendor)
+        by_vendor = {v: r for v, r in self._by_vendor.items() if r.for_this_version()}  # version gates
         return Selection(tuple(by_vendor[v] for v in vendors if v in by_vendor), vendors, False)
 
     # ------------------------------------------------------------------ applying

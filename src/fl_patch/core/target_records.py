@@ -52,6 +52,7 @@ class TargetRecords:
                     module=self.module,
                     late=bool(self.late and status is Status.APPLIED),
                     source=registration.source,
+                    requires=registration.requires,
                 )
             )
         return records
@@ -61,6 +62,8 @@ class TargetRecords:
     ) -> tuple[Status, str]:
         if selection.disabled:
             return Status.DISABLED, "named in FL_PATCH_DISABLE"
+        if registration.gate is not None and not registration.for_this_version():
+            return Status.NOT_FOR_VERSION, registration.gate.describe()
         failed = self._failed.get(id(registration))
         if failed is not None:
             return Status.IMPL_FAILED, failed

@@ -25,6 +25,8 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from . import gpu_only as _gpu_only
+
 if TYPE_CHECKING:
     from ._observer import ImportObserver
 
@@ -63,6 +65,8 @@ class PatchingFinder:
         meta_path = sys.meta_path
         if meta_path and meta_path[0] is not self and not _behind_own_trigger(meta_path, self):
             self._stay_first()
+        if _gpu_only.LIVE:  # a GPU-only stand-in outlives only its own import statement
+            _gpu_only.release(fullname)
         if not self._observer.watches(fullname):
             return None
         busy: set[str] | None = getattr(self._local, "busy", None)

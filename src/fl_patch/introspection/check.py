@@ -48,6 +48,7 @@ from fl_patch.core.missing import locate, unusable, upstream_none
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.registration import Registration
 from fl_patch.core.resolve import Kind, Resolved, load_impl, owned_path
+from fl_patch.introspection.forwarding import forwarding_findings
 from fl_patch.introspection.signatures import Finding, compare_signatures
 
 __all__ = ["CheckReport", "CheckResult", "Listed", "check", "list_registrations"]
@@ -64,12 +65,9 @@ _SOURCE_PROBLEMS = (
 
 
 def megatron_core_version() -> str | None:
-    try:
-        from importlib.metadata import version
+    from fl_patch.core.gates import installed_version
 
-        return version("megatron-core")
-    except Exception:  # noqa: BLE001
-        return None
+    return installed_version("megatron-core")  # metadata, or a source tree's package_info.py
 
 
 # ---------------------------------------------------------------------------------- --list
@@ -86,6 +84,7 @@ class Listed:
     status: str
     detail: str
     source: str
+    requires: str | None = None  # the version gate
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -116,6 +115,7 @@ def list_registrations() -> list[Listed]:
                 status=record.status.value,
                 detail=detail,
                 source=record.source,
+                requires=record.requires,
             )
         )
     return listed
@@ -139,9 +139,13 @@ class CheckResult:
     engine_status: str | None = None  # what the engine did with it (chosen registrations)
     findings: list[Finding] = field(default_factory=list)
     skipped: str | None = None  # why the impl could not be checked here
+    requires: str | None = None  # the version gate
+    not_for_version: str | None = None  # the gate excludes the installed release: not checked, not applied
 
     @property
     def level(self) -> str:
+        if self.not_for_version:
+            return "not for this version"
         if any(f.level == "error" for f in self.findings):
             return "error"
         if self.skipped:
@@ -205,13 +209,19 @@ def check(*, activation: bool = True) -> CheckReport:
         _activation.install()
         _activation.load_sources()
         registrations = sorted(RUNTIME.registry.registrations(), key=lambda r: (r.target, r.vendor))
-        owners = {target: _import_owner(target) for target in sorted({r.target for r in registrations})}
-        impls = {id(r): _load(r) for r in registrations}
+        # A registration gated out of this release is neither imported nor loaded: its target
+        # may not exist here, which is the point of the gate.
+        current = [r for r in registrations if r.for_this_version()]
+        owners = {target: _import_owner(target) for target in sorted({r.target for r in current})}
+        impls = {id(r): _load(r) for r in current}
         records = {(r.target, r.vendor): r for r in RUNTIME.engine.records()}
         vendors = RUNTIME.engine.vendors()
     _activation.uninstall()  # every original back: compare against upstream, not the patch
     results = [
-        _check_one(r, owners[r.target], impls[id(r)], records.get((r.target, r.vendor)), vendors) for r in registrations
+        _check_one(r, owners[r.target], impls[id(r)], records.get((r.target, r.vendor)), vendors)
+        if r.for_this_version()
+        else _not_for_version(r, records.get((r.target, r.vendor)))
+        for r in registrations
     ]
     source_problems, messages = [], []
     for warning in caught:
@@ -222,6 +232,8 @@ def check(*, activation: bool = True) -> CheckReport:
             source_problems.append(text)
         elif issubclass(warning.category, (FlPatchWarning, RuntimeWarning)):
             messages.append(text)
+    messages.extend(_all_gated_out(registrations))
+    messages.extend(_stand_ins_served())
     report = CheckReport(
         megatron_core=megatron_core_version(),
         vendors=tuple(vendors),
@@ -232,6 +244,59 @@ def check(*, activation: bool = True) -> CheckReport:
     if activation:
         report.activation = check_activation()
     return report
+
+
+def _not_for_version(registration: Registration, record: PatchRecord | None) -> CheckResult:
+    assert registration.gate is not None
+    return CheckResult(
+        target=registration.target,
+        method_key=registration.method_key,
+        vendor=registration.vendor,
+        chosen_vendor=record.chosen_vendor if record is not None else None,
+        impl=registration.impl_name,
+        source=registration.source,
+        engine_status=record.status.value if record is not None else None,
+        requires=registration.requires,
+        not_for_version=registration.gate.describe(),
+    )
+
+
+def _stand_ins_served() -> list[str]:
+    """Which megatron modules imported a missing GPU-only package and got the stand-in (hooks/gpu_only.py)."""
+    from fl_patch.hooks.gpu_only import served
+
+    return [
+        f"{package} is not installed (GPU-only): megatron modules that import it unguarded got fl_patch's "
+        f"stand-in, whose kernels raise when called: {', '.join(importers)}"
+        for package, importers in served().items()
+    ]
+
+
+def _import_failure(name: str, exc: BaseException) -> str:
+    """'module X fails to import: ...', naming the module whose import failed when it is another one."""
+    from fl_patch.hooks.gpu_only import importer_of
+
+    text = f"module {name} fails to import: {type(exc).__name__}: {exc}"
+    culprit = importer_of(exc)
+    if culprit is not None and culprit != name and culprit.startswith("megatron"):
+        text += f" (raised in {culprit})"
+    return text
+
+
+def _all_gated_out(registrations: list[Registration]) -> list[str]:
+    """One message per target whose every vendor's registration is gated out here: upstream runs."""
+    by_target: dict[str, list[Registration]] = {}
+    for registration in registrations:
+        by_target.setdefault(registration.target, []).append(registration)
+    messages = []
+    for target, found in by_target.items():
+        if all(r.gate is not None and not r.for_this_version() for r in found):
+            gates = "; ".join(sorted({f"{r.vendor}: {r.requires}" for r in found}))
+            version = found[0].gate.describe().rpartition("(")[2].rstrip(")")  # type: ignore[union-attr]
+            messages.append(
+                f"{target}: no registration is for this version ({version}; gates {gates}): upstream runs unpatched"
+            )
+    return messages
 
 
 def check_activation() -> dict[str, object]:
@@ -263,9 +328,9 @@ def _import_owner(target: str) -> _Owner:
         except ModuleNotFoundError as exc:
             if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
                 continue
-            return _Owner(error=f"module {name} fails to import: {type(exc).__name__}: {exc}")
+            return _Owner(error=_import_failure(name, exc))
         except Exception as exc:  # noqa: BLE001  (an upstream module that breaks is the finding)
-            return _Owner(error=f"module {name} fails to import: {type(exc).__name__}: {exc}")
+            return _Owner(error=_import_failure(name, exc))
         break
     if module is None:
         return _Owner(error=f"no module of {target} is installed")
@@ -309,6 +374,7 @@ def _check_one(
         impl=registration.impl_name,
         source=registration.source,
         engine_status=record.status.value if record is not None else None,
+        requires=registration.requires,
     )
     version = megatron_core_version()
     where = f" (installed megatron-core {version})" if registration.target.startswith("megatron.") and version else ""
@@ -367,6 +433,8 @@ def _check_one(
         else:
             assert resolved is not None
             fit = _fits(resolved, impl)
+            forwarding = _forwarding_of(registration.target, resolved, impl)
+            fit = None if fit is None and not forwarding else [*(fit or []), *forwarding]
         findings.extend(fit or [])
         if result.kind in (Kind.ATTRIBUTE.value, Kind.MODULE.value) and owner.attr_path is not None:
             result.signature = "not applicable"  # (a value, or a module bound to a name: any object will do)
@@ -379,6 +447,21 @@ def _check_one(
         if not any(f.level == "error" for f in findings):
             findings.append(Finding("error", f"the engine reports {record.status.value}: {record.detail}"))
     return result
+
+
+def _forwarding_of(target: str, resolved: Resolved, impl: object) -> list[Finding]:
+    """The impl's calls of the original that the installed original does not accept (introspection/forwarding.py)."""
+    raw = resolved.raw
+    if resolved.kind in (Kind.STATICMETHOD, Kind.CLASSMETHOD):
+        raw = raw.__func__  # type: ignore[attr-defined]
+    elif resolved.kind not in (Kind.FUNCTION, Kind.METHOD):
+        return []
+    sig, _ = read_signature(raw, "target")
+    if sig is None:
+        return []
+    if resolved.kind is Kind.CLASSMETHOD:  # the original is called bound: cls is not passed
+        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
+    return forwarding_findings(impl, target, sig)
 
 
 def _module_fits(spec: importlib.machinery.ModuleSpec | None, impl: object) -> list[Finding] | None:

@@ -16,8 +16,11 @@ from fl_patch.core.errors import warn
 
 __all__ = ["VERIFIED_MEGATRON_CORE", "installed_megatron_core", "unverified_message", "warn_if_unverified"]
 
-VERIFIED_MEGATRON_CORE: tuple[str, ...] = ("0.19.2",)
-"""megatron-core releases on which every patch and test of the CPU pack was run."""
+VERIFIED_MEGATRON_CORE: tuple[str, ...] = ("0.17.1", "0.18.2", "0.19.2", "0.20.0")
+"""megatron-core releases the CPU pack was run on: the whole test suite on 0.19.2; on each of the
+others ``--check``, the demo and that release's ``pretrain_gpt.py`` (1 rank, TP=2, DP=2 with the
+distributed optimizer and save/resume), ``bench/version_matrix.py`` (docs/versions.md). 0.20.0 is
+Megatron-LM main as of commit d98e8a6, installed from its source tree."""
 
 _warned = False
 

@@ -71,7 +71,7 @@ def get_fa_version() -> Any:
     return Version("0.0.0")
 
 
-def checkpoint_without_output_init(self: Any, fp8: Any = False) -> None:
+def checkpoint_without_output_init(self: Any, fp8: Any = False, *args: Any, **kwargs: Any) -> None:
     """Patch for ``megatron.core.tensor_parallel.random.CheckpointWithoutOutput.__init__``.
 
     Why: upstream sets ``self.fp8 = fp8 is not None`` (``random.py`` line 740), so the
@@ -84,11 +84,13 @@ def checkpoint_without_output_init(self: Any, fp8: Any = False) -> None:
     ``False``: ``self.fp8`` is False and recompute runs without TE's contexts (what it does
     with TE and fp8 off, minus TE's bookkeeping). An fp8 request without TE raises,
     saying so. With TE installed, upstream runs unchanged.
+    Main's ``ckpt_manager`` / ``retain_input_tensors`` reach upstream in ``args``/``kwargs``,
+    as the caller passed them (nothing the caller did not pass).
     Upstream reference: megatron-core 0.19.2, ``megatron/core/tensor_parallel/random.py``,
-    ``CheckpointWithoutOutput``.
+    ``CheckpointWithoutOutput``; main (0.20) adds two parameters.
     Drop when: upstream tests ``fp8`` for truth and guards the TE names.
     """
-    fl_patch.original(f"{_RANDOM}.CheckpointWithoutOutput.__init__")(self, fp8=fp8)  # type: ignore[operator]
+    fl_patch.original(f"{_RANDOM}.CheckpointWithoutOutput.__init__")(self, fp8, *args, **kwargs)  # type: ignore[operator]
     if getattr(sys.modules[_RANDOM], "HAVE_TE", False):
         return
     if fp8 is None or fp8 is False:

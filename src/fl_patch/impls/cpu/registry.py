@@ -26,10 +26,14 @@ CPU = "cpu"
 _PACK = "fl_patch.impls.cpu"
 
 # -- Importing megatron.core at all: upstream's module does `import triton` unconditionally.
+#    (0.19 moved the kernels here from moe/paged_stash.py. Any release's unguarded triton import
+#    is also covered by fl_patch's GPU-only stand-in, hooks/gpu_only.py; this replacement keeps the
+#    explicit kernels' message and exports.)
 register(
     target="megatron.core.transformer.moe.ops.paged_stash",
     impl=f"{_PACK}.paged_stash_ops",
     vendor=CPU,
+    requires="megatron-core>=0.19",
 )
 
 # -- The name `torch` in modules that allocate on, or synchronise with, the GPU: a CPU view

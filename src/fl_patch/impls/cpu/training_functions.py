@@ -102,7 +102,7 @@ def compile_dependencies() -> None:
 
 
 # --------------------------------------------------------------------------- the CPU generator is the "CUDA" one
-def warmup_jit_function(tp_size: int | None = None) -> None:
+def warmup_jit_function(*args: Any, **kwargs: Any) -> None:
     """Patch for ``megatron.training.initialize._warmup_jit_function``.
 
     Why: upstream (``initialize.py`` lines 497-558) runs the fused bias-GeLU/SwiGLU and
@@ -114,11 +114,13 @@ def warmup_jit_function(tp_size: int | None = None) -> None:
     a GPU run (and from what a run that skips the warm-up gives).
     How: upstream's warm-up runs inside ``torch.random.fork_rng()``: the CPU generator leaves
     it in the state it entered with. The compiled functions are warmed up as upstream does.
-    Upstream reference: megatron-core 0.19.2, ``megatron/training/initialize.py``.
+    The original gets exactly what the caller passed: 0.19 takes ``tp_size``, 0.17/0.18 take
+    no argument (passing ``tp_size=None`` there was a TypeError; ``--check`` now finds such calls).
+    Upstream reference: megatron-core 0.17.1 to 0.19.2 and main, ``megatron/training/initialize.py``.
     Drop when: upstream draws its warm-up inputs from a private generator.
     """
     with torch.random.fork_rng(devices=[]):
-        fl_patch.original(_WARMUP)(tp_size=tp_size)  # type: ignore[operator]
+        fl_patch.original(_WARMUP)(*args, **kwargs)  # type: ignore[operator]
 
 
 def build_pretraining_data_loader(dataset: Any, consumed_samples: int) -> Any:

@@ -28,23 +28,29 @@ __all__ = ["TRAINING_MODULE_VIEWS", "register_training"]
 _CPU = "cpu"
 _PACK = "fl_patch.impls.cpu"
 
-TRAINING_MODULE_VIEWS: tuple[tuple[str, str], ...] = (
-    ("megatron.training.initialize", "INITIALIZE"),
-    ("megatron.training.training", "TRAINING"),
-    ("megatron.training.models.dist_utils", "DIST_UTILS"),
-    ("megatron.training.utils.common_utils", "COMMON_UTILS"),
-    ("megatron.training.checkpointing", "CHECKPOINTING"),
-    ("megatron.core.timers", "TIMERS"),
-    ("megatron.core.rerun_state_machine", "RERUN_STATE_MACHINE"),
+# Where a module moved between releases, each place is registered with its version gate.
+_UTILS_PACKAGE = "megatron-core>=0.18"  # 0.18 split training/utils.py into the package training/utils/
+_UTILS_MODULE = "megatron-core<0.18"
+
+TRAINING_MODULE_VIEWS: tuple[tuple[str, str, str | None], ...] = (
+    ("megatron.training.initialize", "INITIALIZE", None),
+    ("megatron.training.training", "TRAINING", None),
+    # 0.18 moved get_model's DDP wrapping out of training.py (already viewed) into models/dist_utils.py.
+    ("megatron.training.models.dist_utils", "DIST_UTILS", "megatron-core>=0.18"),
+    ("megatron.training.utils.common_utils", "COMMON_UTILS", _UTILS_PACKAGE),
+    ("megatron.training.utils", "COMMON_UTILS", _UTILS_MODULE),
+    ("megatron.training.checkpointing", "CHECKPOINTING", None),
+    ("megatron.core.timers", "TIMERS", None),
+    ("megatron.core.rerun_state_machine", "RERUN_STATE_MACHINE", None),
 )
-"""Modules whose name ``torch`` becomes a CPU view, and the view (in ``training_torch_names``)."""
+"""Modules whose name ``torch`` becomes a CPU view, the view (in ``training_torch_names``), the version gate."""
 
 
 def register_training() -> None:
     """Register every ``megatron.training`` patch of the CPU pack."""
     # -- The name `torch` in modules that assume CUDA.
-    for module, view in TRAINING_MODULE_VIEWS:
-        register(target=f"{module}.torch", impl=f"{_PACK}.training_torch_names.{view}", vendor=_CPU)
+    for module, view, requires in TRAINING_MODULE_VIEWS:
+        register(target=f"{module}.torch", impl=f"{_PACK}.training_torch_names.{view}", vendor=_CPU, requires=requires)
 
     # -- FlagScale's megatron.training targets.
     register(
@@ -52,11 +58,13 @@ def register_training() -> None:
         impl=f"{_PACK}.training_functions.get_device",
         vendor=_CPU,
     )
-    register(
-        target="megatron.training.utils.common_utils.get_device_arch_version",
-        impl=f"{_PACK}.training_functions.get_device_arch_version",
-        vendor=_CPU,
-    )
+    for utils, requires in (("utils.common_utils", _UTILS_PACKAGE), ("utils", _UTILS_MODULE)):
+        register(
+            target=f"megatron.training.{utils}.get_device_arch_version",
+            impl=f"{_PACK}.training_functions.get_device_arch_version",
+            vendor=_CPU,
+            requires=requires,
+        )
     register(
         target="megatron.training.initialize._compile_dependencies",
         impl=f"{_PACK}.training_functions.compile_dependencies",

@@ -31,6 +31,8 @@ When to drop: when upstream's cross entropy stops materializing fp32 softmax.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from megatron.core import parallel_state
 from megatron.core.utils import get_pg_rank, get_pg_size
@@ -75,17 +77,20 @@ def _loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float, gr
 
 
 def vocab_parallel_cross_entropy(
-    vocab_parallel_logits: torch.Tensor,
-    target: torch.Tensor,
-    label_smoothing: float = 0.0,
-    tp_group: torch.distributed.ProcessGroup | None = None,
+    vocab_parallel_logits: torch.Tensor, target: torch.Tensor, *args: Any, **kwargs: Any
 ) -> torch.Tensor:
-    """Per-token cross entropy; the pack's kernel (TP=1, or the vocabulary split across ranks)."""
+    """Per-token cross entropy; the pack's kernel (TP=1, or the vocabulary split across ranks).
+
+    ``label_smoothing`` and ``tp_group`` (0.19; 0.17/0.18 have no ``tp_group``) arrive in
+    ``args``/``kwargs`` so that the fallback passes upstream only what its caller passed.
+    """
+    label_smoothing = args[0] if args else kwargs.get("label_smoothing", 0.0)
+    tp_group = args[1] if len(args) > 1 else kwargs.get("tp_group")
     group = _group(tp_group)
     reason = _reason(vocab_parallel_logits, target, label_smoothing, group)
     if reason is not None:
         fallback("cross_entropy", reason)
-        return fl_patch.original(TARGET)(vocab_parallel_logits, target, label_smoothing, tp_group)
+        return fl_patch.original(TARGET)(vocab_parallel_logits, target, *args, **kwargs)
     return _loss(vocab_parallel_logits, target, label_smoothing, group)
 
 

@@ -25,6 +25,8 @@ turns on a fused activation that needs no compile).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from megatron.core.typed_torch import apply_module
@@ -75,13 +77,25 @@ def mlp_forward(
 
 
 def bias_swiglu_impl(
-    input: torch.Tensor, bias: torch.Tensor | None, fp8_input_store: bool = False, cpu_offload_input: bool = False
+    input: torch.Tensor,
+    bias: torch.Tensor | None,
+    fp8_input_store: bool = False,
+    cpu_offload_input: bool = False,
+    *args: Any,
+    **kwargs: Any,
 ) -> torch.Tensor:
-    """``bias_swiglu_impl`` on the pack's SwiGLU kernel."""
+    """``bias_swiglu_impl`` on the pack's SwiGLU kernel.
+
+    Parameters of later releases (main's ``clamp_value``) arrive in ``args``/``kwargs`` and go
+    to upstream as passed; any set to a value the kernel does not implement falls back.
+    """
+    extra = dict(zip(("clamp_value",), args, strict=False)) | kwargs
     if fp8_input_store:
         reason: str | None = "fp8_input_store"
     elif cpu_offload_input:
         reason = "cpu_offload_input"
+    elif any(value is not None for value in extra.values()):
+        reason = ", ".join(f"{name}={value!r}" for name, value in extra.items())
     elif input.dtype not in _DTYPES:
         reason = f"dtype {input.dtype}"
     elif bias is not None and bias.dtype != input.dtype:
@@ -90,5 +104,5 @@ def bias_swiglu_impl(
         reason = kernel_unavailable(input, bias)
     if reason is not None:
         fallback("swiglu", reason)
-        return fl_patch.original(SWIGLU_IMPL)(input, bias, fp8_input_store, cpu_offload_input)
+        return fl_patch.original(SWIGLU_IMPL)(input, bias, fp8_input_store, cpu_offload_input, *args, **kwargs)
     return ops.swiglu(input, bias)

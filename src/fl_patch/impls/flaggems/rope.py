@@ -46,6 +46,8 @@ When to drop: when TE (with its fused QKV RoPE) is installed and preferred.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 import fl_patch
@@ -90,20 +92,28 @@ def _reason(t: torch.Tensor, freqs: torch.Tensor, config: object, cu_seqlens: ob
 
 
 def apply_rotary_pos_emb(
-    t: torch.Tensor,
-    freqs: torch.Tensor,
-    config: object,
-    cu_seqlens: torch.Tensor | None = None,
-    mscale: float = 1.0,
-    cp_group: object = None,
-    mla_rotary_interleaved: bool | None = False,
+    t: torch.Tensor, freqs: torch.Tensor, config: object, *args: Any, **kwargs: Any
 ) -> torch.Tensor:
-    """``apply_rotary_pos_emb`` with the bshd case on the pack's kernel."""
+    """``apply_rotary_pos_emb`` with the bshd case on the pack's kernel.
+
+    ``cu_seqlens, mscale, cp_group, mla_rotary_interleaved`` (the last is 0.19's only) arrive
+    in ``args``/``kwargs``: the fallback passes upstream only what its caller passed.
+    """
+    known = ("cu_seqlens", "mscale", "cp_group", "mla_rotary_interleaved")
+    named = dict(zip(known, args, strict=False))
+    named.update(kwargs)
+    cu_seqlens = named.get("cu_seqlens")
+    mscale = named.get("mscale", 1.0)
+    mla_rotary_interleaved = named.get("mla_rotary_interleaved", False)
     mla = config.multi_latent_attention if mla_rotary_interleaved is None else mla_rotary_interleaved
-    reason = _reason(t, freqs, config, cu_seqlens, bool(mla))
+    # A parameter of a later release (main's `inverse`) that the kernel does not implement, set: upstream.
+    later = {k: v for k, v in named.items() if k not in known and v not in (None, False)}
+    if len(args) > len(known):
+        later["positional"] = args[len(known) :]
+    reason = f"{', '.join(later)} not in the kernel" if later else _reason(t, freqs, config, cu_seqlens, bool(mla))
     if reason is not None:
         fallback("rope", reason)
-        return fl_patch.original(TARGET)(t, freqs, config, cu_seqlens, mscale, cp_group, mla_rotary_interleaved)
+        return fl_patch.original(TARGET)(t, freqs, config, *args, **kwargs)
     return ops.rotary(t, freqs, float(mscale), bool(config.rotary_interleaved))
 
 
