@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_patch._launch import interpreter_options
+from fl_patch.activation.launch import interpreter_options
 
 from .conftest import REPO, SUPPORT, clean_env
 
@@ -91,7 +91,7 @@ def test_in_process_mode_hides_the_launcher_in_tracebacks(tmp_path: Path) -> Non
     # No frame of the launcher (files of the fl_patch package) or of runpy; the clone itself
     # may well be called fl_patch, so the package directory is what is looked for.
     frames = [line for line in launched.stderr.splitlines() if line.lstrip().startswith("File ")]
-    assert frames and all(str(REPO / "fl_patch") + os.sep not in line for line in frames), launched.stderr
+    assert frames and all(str(REPO / "src" / "fl_patch") + os.sep not in line for line in frames), launched.stderr
     assert "runpy" not in launched.stderr, launched.stderr
 
 
