@@ -310,3 +310,26 @@ def test_lean_launch_keys_on_the_arguments_and_takes_each_call_s_grid(monkeypatc
     kernels.launch(kernel, None, grid, default, x, 8)
     assert kernel.launches[-1][0] == "triton"
     assert {k: kernels.LEAN_STATS[k] - before[k] for k in before} == {"lean": 3, "triton": 5}
+
+
+def test_deterministic_mode_sources() -> None:
+    """Deterministic mode follows FL_PATCH_DETERMINISTIC, torch's flag and a config's deterministic_mode."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, types\n"
+        "from fl_patch.impls.flaggems import _runtime as r\n"
+        "a = r.deterministic()\n"
+        "torch.use_deterministic_algorithms(True); b = r.deterministic()\n"
+        "torch.use_deterministic_algorithms(False); c = r.deterministic()\n"
+        "r.note_config(types.SimpleNamespace(deterministic_mode=False)); d = r.deterministic()\n"
+        "r.note_config(types.SimpleNamespace(deterministic_mode=True)); e = r.deterministic()\n"
+        "print(a, b, c, d, e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True", "False", "False", "True"]
+    env = {**__import__("os").environ, "FL_PATCH_DETERMINISTIC": "1"}
+    code_env = "from fl_patch.impls.flaggems import _runtime as r; print(r.deterministic())"
+    got = subprocess.run([sys.executable, "-c", code_env], capture_output=True, text=True, check=True, env=env)
+    assert got.stdout.strip() == "True"

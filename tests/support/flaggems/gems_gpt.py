@@ -133,14 +133,34 @@ def main() -> int:
         action="store_true",
         help="TransformerConfig(fused_single_qkv_rope=True): needs TE or the pack",
     )
+    parser.add_argument("--ffn", type=int, default=None, help="SwiGLU width (held-out shapes: not a multiple of 256)")
+    parser.add_argument("--heads", type=int, default=None)
+    parser.add_argument("--groups", type=int, default=None)
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="what Megatron-LM's --deterministic-mode does: its env defaults, "
+        "torch.use_deterministic_algorithms(True), TransformerConfig(deterministic_mode=True)",
+    )
+    parser.add_argument("--fp32", action="store_true", help="fp32 parameters and compute (the numerics reference)")
+    parser.add_argument(
+        "--fresh-data",
+        action="store_true",
+        help="a new batch from the Markov chain every step (throughput mode repeats one random batch)",
+    )
     args = parser.parse_args()
+    if args.deterministic:
+        from megatron.training.determinism import apply_determinism_env
+
+        apply_determinism_env(os.environ)  # CUBLAS_WORKSPACE_CONFIG before the first cuBLAS call
+        torch.use_deterministic_algorithms(True)
     curve = args.mode == "curve"
     llama = args.preset == "llama131" and not curve
     layers = args.layers or (4 if curve else 25 if llama else 16)
     hidden = args.hidden or (512 if curve else 2048)
-    heads = 8 if curve else 16
-    groups = 2 if curve else 8 if llama else 4
-    ffn = 1408 if curve else 5632
+    heads = args.heads or (8 if curve else 16)
+    groups = args.groups or (2 if curve else 8 if llama else 4)
+    ffn = args.ffn or (1408 if curve else 5632)
     vocab = 4096 if curve else 32000
     seq = args.seq or (512 if curve else 4096 if llama else 2048)
     mbs = args.mbs or (8 if curve else 1 if llama else 4)
@@ -160,10 +180,12 @@ def main() -> int:
     parallel_state.initialize_model_parallel(args.tp, 1)
     torch.manual_seed(1234)
     model_parallel_cuda_manual_seed(1234)
+    dtype = torch.float32 if args.fp32 else torch.bfloat16
     cfg = TransformerConfig(
         num_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_query_groups=groups,
         ffn_hidden_size=ffn, normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu,
-        add_bias_linear=False, bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
+        add_bias_linear=False, bf16=not args.fp32, params_dtype=dtype, pipeline_dtype=dtype,
+        deterministic_mode=args.deterministic,
         bias_activation_fusion=False, masked_softmax_fusion=False, apply_rope_fusion=False,
         gradient_accumulation_fusion=False, bias_dropout_fusion=False, attention_dropout=0.0, hidden_dropout=0.0,
         fused_single_qkv_rope=args.fused_qkv_rope, tensor_model_parallel_size=args.tp, sequence_parallel=args.sp,
@@ -176,15 +198,17 @@ def main() -> int:
         position_embedding_type="rope",
     ).cuda()
     n_params = sum(p.numel() for p in model.parameters())
-    model = Float16Module(cfg, model)
+    if not args.fp32:
+        model = Float16Module(cfg, model)
     model = DistributedDataParallel(
         config=cfg, module=model, ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True)
     )
     lr = 6e-4 if curve else 1e-4
     optimizer = get_megatron_optimizer(
-        OptimizerConfig(optimizer="adam", lr=lr, bf16=True, params_dtype=torch.bfloat16, clip_grad=1.0), [model]
+        OptimizerConfig(optimizer="adam", lr=lr, bf16=not args.fp32, params_dtype=dtype, clip_grad=1.0), [model]
     )
-    batches = _markov_batches(vocab, mbs, seq, 7, "cuda", steps) if curve else _random_batches(vocab, mbs, seq, "cuda")
+    fresh = curve or args.fresh_data
+    batches = _markov_batches(vocab, mbs, seq, 7, "cuda", steps) if fresh else _random_batches(vocab, mbs, seq, "cuda")
     positions = torch.arange(seq, device="cuda").expand(mbs, -1)
 
     def step_fn(iterator, m):
@@ -198,7 +222,7 @@ def main() -> int:
         return out, loss_fn
 
     forward_backward = get_forward_backward_func()
-    times, losses = [], []
+    times, losses, grad_norms = [], [], []
     first_step_end = _T0
     profiler = None
     if args.manual_gc:
@@ -224,12 +248,13 @@ def main() -> int:
             forward_step_func=step_fn, data_iterator=batches, model=model, num_microbatches=1, seq_length=seq,
             micro_batch_size=mbs, decoder_seq_length=seq, forward_only=False,
         )  # fmt: skip
-        optimizer.step()
+        _, grad_norm, _ = optimizer.step()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         if len(times) == 1:
             first_step_end = time.perf_counter()
         losses.append(result[0]["lm loss"].item())
+        grad_norms.append(float(grad_norm))
     steady = sorted(t for i, t in enumerate(times) if i >= 4 and not (args.profile and i in (6, 7)))
     median = steady[len(steady) // 2] if steady else float("nan")
     from fl_patch.impls.flaggems._runtime import fallback_summary
@@ -259,10 +284,21 @@ def main() -> int:
         "steps": steps,
         "manual_gc": args.manual_gc,
         "losses": losses,
+        "grad_norms": grad_norms,
+        "ffn": ffn,
+        "heads": heads,
+        "vocab": vocab,
+        "fp32": args.fp32,
+        "deterministic": args.deterministic,
+        "fresh_data": fresh,
         "step_times_s": times,
         "step_s_median": median,
         "tokens_per_s": mbs * seq / median,
         "tflops_6N": 6 * n_params * mbs * seq / median / 1e12,
+        # model FLOPs with attention: 6N per token plus the score and context matmuls,
+        # forward 4*s*d per head and token (halved: causal), backward twice that
+        "tflops_model": (6 * n_params + 6 * layers * heads * (hidden // heads) * seq) * mbs * seq / median / 1e12,
+        "mfu_989": (6 * n_params + 6 * layers * heads * (hidden // heads) * seq) * mbs * seq / median / 989e12,
         "peak_mem_gb": torch.cuda.max_memory_allocated() / 1e9,
         "torch_optimizer": f"{type(inner.optimizer).__module__}.{type(inner.optimizer).__name__}",
         "optimizer_fused": [bool(g.get("fused")) for g in inner.optimizer.param_groups],
@@ -274,7 +310,11 @@ def main() -> int:
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)
-        print(json.dumps({k: v for k, v in out.items() if k not in ("losses", "step_times_s", "flaggems_report")}))
+        print(
+            json.dumps(
+                {k: v for k, v in out.items() if k not in ("losses", "grad_norms", "step_times_s", "flaggems_report")}
+            )
+        )
     torch.distributed.destroy_process_group()
     return 0
 

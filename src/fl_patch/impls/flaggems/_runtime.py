@@ -91,6 +91,40 @@ def kernel_unavailable(*tensors: object) -> str | None:
     return None
 
 
+_DETERMINISTIC_ENV = os.environ.get("FL_PATCH_DETERMINISTIC", "") == "1"
+_deterministic_config = False  # a model config with deterministic_mode=True was built in this process
+
+
+def note_config(config: object) -> None:
+    """Latch deterministic mode on when a module is built from a config with ``deterministic_mode=True``.
+
+    A megatron-core-only script sets ``TransformerConfig(deterministic_mode=True)`` without
+    touching torch's global flag; the norms are built (and see the config) before any kernel
+    runs, so the first launch already takes the deterministic path.
+    """
+    global _deterministic_config
+    if not _deterministic_config and getattr(config, "deterministic_mode", False):
+        _deterministic_config = True
+        LOG.info("fl_patch flaggems: deterministic mode (the model config asks for it)")
+
+
+def deterministic() -> bool:
+    """Whether the pack must give bit-identical results run to run.
+
+    On with ``FL_PATCH_DETERMINISTIC=1``, with torch's ``use_deterministic_algorithms(True)``
+    (what Megatron-LM's ``--deterministic-mode`` sets, megatron/training/determinism.py),
+    or after a model config with ``deterministic_mode=True`` was built. Then every kernel
+    runs its fixed config (an autotune pick, timed anew on each machine, can change a
+    reduction's order) and attention runs the pack's Triton kernels (their backward
+    writes dq and dk/dv from separate programs, no atomics) instead of cuDNN's.
+    """
+    if _DETERMINISTIC_ENV or _deterministic_config:
+        return True
+    import torch
+
+    return torch.are_deterministic_algorithms_enabled()
+
+
 def backend(op: str) -> str:
     """The implementation chosen for ``op``: ``FL_GEMS_BACKEND`` entry, else the default."""
     global _overrides

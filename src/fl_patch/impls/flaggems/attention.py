@@ -41,7 +41,7 @@ from megatron.core.transformer.enums import AttnMaskType
 import fl_patch
 
 from . import ops
-from ._runtime import fallback, kernel_unavailable
+from ._runtime import fallback, kernel_unavailable, note_config
 
 __all__ = ["TARGET", "dot_product_attention_forward", "is_causal_mask"]
 
@@ -122,6 +122,7 @@ def dot_product_attention_forward(
     packed_seq_params: object = None,
 ) -> torch.Tensor:
     """``DotProductAttention.forward`` as flash attention where it applies."""
+    note_config(self.config)  # a model without the pack's norms still reaches deterministic mode
     reason, causal = _reason(self, query, key, value, attention_mask, attention_bias, packed_seq_params)
     if reason is not None:
         fallback("attention", reason)

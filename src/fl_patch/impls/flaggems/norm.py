@@ -33,7 +33,7 @@ import torch
 from megatron.core.transformer.torch_norm import WrappedTorchNorm as _UpstreamWrappedTorchNorm
 
 from . import ops
-from ._runtime import fallback, kernel_unavailable
+from ._runtime import fallback, kernel_unavailable, note_config
 
 __all__ = ["MAX_WIDTH", "FlagGemsLayerNorm", "FlagGemsRMSNorm", "WrappedTorchNorm"]
 
@@ -102,6 +102,7 @@ class WrappedTorchNorm(_UpstreamWrappedTorchNorm):
 
     def __new__(cls, *args: object, **kwargs: object) -> torch.nn.Module:
         config = _config_of(args, kwargs)
+        note_config(config)
         sequence_parallel = bool(getattr(config, "sequence_parallel", False))
         built_args, built_kwargs = args, kwargs
         if sequence_parallel:

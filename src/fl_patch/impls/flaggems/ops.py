@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ._runtime import backend, note_once
+from ._runtime import backend, deterministic, note_once
 
 __all__ = [
     "attention_reason",
@@ -84,7 +84,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     where it takes the call; else, and with ``FL_GEMS_BACKEND=attention=triton``, this
     project's Triton flash attention. FlagGems 5.0.2's attention is not offered (wrong
     non-causal backward, crashed at the training shape)."""
-    if backend("attention") == "cudnn":
+    if backend("attention") == "cudnn" and deterministic():
+        note_once("attention", "deterministic mode: the pack's Triton attention runs instead of cuDNN's")
+    elif backend("attention") == "cudnn":
         from . import sdpa
 
         reason = sdpa.unsupported(q, k, v, causal)

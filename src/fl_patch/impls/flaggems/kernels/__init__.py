@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._runtime import interpreting
+from .._runtime import deterministic, interpreting
 
 __all__ = [
     "LEAN_STATS",
@@ -238,7 +238,9 @@ def launch(
     (the grid is computed again for every call).
     """
     settings = SETTINGS
-    tune = tuned is not None and settings.autotune
+    # deterministic mode: the fixed config everywhere (a pick timed on this machine may
+    # differ on the next and change a reduction's order)
+    tune = tuned is not None and settings.autotune and not deterministic()
     lean = settings.lean
     if lean:
         device = torch.cuda.current_device()
