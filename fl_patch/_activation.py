@@ -37,6 +37,7 @@ def _load_deferred_sources() -> None:
     if settings.flagscale_tree:
         _flagscale.load_tree(RUNTIME.registry, RUNTIME.problems, engine, hooked=engine.installed)
     engine.check_preferred_vendors()
+    engine.check_disabled_keys()
 
 
 def _flagscale_on() -> bool:
