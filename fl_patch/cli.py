@@ -101,7 +101,7 @@ def split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         name, eq, _ = word.partition("=")
         row = rows.get(name)
         if row is None:
-            hint = did_you_mean(name, rows) or " (options go before the program; see --help)"
+            hint = did_you_mean(name, rows, cutoff=0.7) or " (options go before the program; see --help)"
             raise UsageError(f"unknown option {word!r}{hint}")
         if row.takes_value and not eq:
             if i + 1 >= len(argv):
