@@ -125,9 +125,7 @@ class Engine:
         disabled = self.settings.disabled_targets
         if not disabled:
             return
-        keys = {r.target for r in self.registry.registrations()} | {
-            r.method_key for r in self.registry.registrations()
-        }
+        keys = {r.target for r in self.registry.registrations()} | {r.method_key for r in self.registry.registrations()}
         for key in sorted(disabled - keys):
             from ._suggest import did_you_mean
 

@@ -89,9 +89,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="T[,T]",
     ),
     Option(("--strict",), "switch", "any patch problem is an error that stops the run", variable=ENV.STRICT, value="1"),
-    Option(
-        ("--traceback",), "switch", "show a strict error with its traceback", variable=ENV.TRACEBACK, value="1"
-    ),
+    Option(("--traceback",), "switch", "show a strict error with its traceback", variable=ENV.TRACEBACK, value="1"),
     Option(
         ("--report",),
         "switch",

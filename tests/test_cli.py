@@ -323,3 +323,28 @@ def test_version_names_torch_and_megatron_core_and_print_pythonpath_the_bootstra
         FL_PATCH_REGISTRY="act_plugin.registry",
     )
     assert tagged(run([sys.executable, PROBE], env=env).stdout, "ACT")["greet"] == "patched hello x!"
+
+
+def test_a_registry_that_fails_is_one_warning_at_the_users_line_or_with_a_pythonpath_hint(tmp_path: Path) -> None:
+    (tmp_path / "my_registry.py").write_text("from fl_patch import register\nimport vendor_sdk_not_installed\n")
+    env = clean_env(
+        FL_PATCH_PACKS="none", PYTHONPATH=f"{tmp_path}{os.pathsep}{SUPPORT / 'activation'}{os.pathsep}{REPO}"
+    )
+    program = ["-c", "import act_target.mod"]
+    inside = run([sys.executable, "-m", "fl_patch", "--registry", "my_registry", *program], env=env)
+    (line,) = [line for line in inside.stderr.splitlines() if "FlPatchWarning" in line]
+    assert line.startswith(f"{tmp_path / 'my_registry.py'}:2: FlPatchWarning: ")  # the user's line, not ours
+    assert "No module named 'vendor_sdk_not_installed'" in line
+    missing = run([sys.executable, "-m", "fl_patch", "--registry", "my_registyr", *program], env=env)
+    (line,) = [line for line in missing.stderr.splitlines() if "FlPatchWarning" in line]
+    assert "registry module 'my_registyr' was not found" in line and "(did you mean my_registry?)" in line
+    assert "is its directory on PYTHONPATH?" in line and str(REPO / "fl_patch") not in missing.stderr
+
+
+def test_a_flagscale_tree_says_once_that_it_was_loaded() -> None:
+    tree = REPO / "examples" / "flagscale_plugin"
+    proc = run([sys.executable, "-m", "fl_patch", "--list"], env=clean_env(PYTHONPATH=f"{tree}{os.pathsep}{REPO}"))
+    said = [line for line in proc.stderr.splitlines() if "FlagScale plugin tree loaded" in line]
+    assert len(said) == 1 and str(tree / "megatron" / "plugin") in said[0], proc.stderr
+    quiet = run([sys.executable, "-m", "fl_patch", "--list"], env=clean_env())
+    assert "FlagScale plugin tree" not in quiet.stderr
