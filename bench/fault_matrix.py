@@ -36,7 +36,7 @@ from fault_table import FAULTS, Fault  # noqa: E402
 
 def _environment(case: Fault, workdir: Path, strict: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not (k.startswith("FL_PATCH") or k == "MG_FL_PREFER")}
-    paths = [str(workdir), str(REPO), *map(str, SUPPORT_PATH)]
+    paths = [str(workdir), str(REPO / "src"), *map(str, SUPPORT_PATH)]
     if case.name == "broken entry point":
         dist = workdir / "fltest_broken_ep-1.0.dist-info"
         dist.mkdir(exist_ok=True)

@@ -48,7 +48,7 @@ def _extract(repo: Path, rev: str, dest: Path) -> str:
 
 def _env(tree: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not (k.startswith("FL_PATCH") or k == "MG_FL_PREFER")}
-    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(REPO)])
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(REPO / "src")])
     env["FL_PATCH_CHILDREN"] = "0"
     env.update(extra)
     return env

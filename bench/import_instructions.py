@@ -45,7 +45,7 @@ def _count(name: str, code: str, extra: dict[str, str]) -> int:
     env = {k: v for k, v in os.environ.items() if not (k.startswith("FL_PATCH") or k == "MG_FL_PREFER")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # measure installed bytecode, not recompiling
     env["PYTHONWARNINGS"] = "ignore"
-    paths = [str(REPO)]
+    paths = [str(REPO / "src")]
     if extra.pop("template", None):
         paths.insert(0, str(REPO / "sitecustomize_template"))
     env["PYTHONPATH"] = os.pathsep.join(paths)
@@ -70,7 +70,9 @@ def main() -> int:
     parser.add_argument("--json", help="also write the counts here")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "fl_patch")], check=False, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(REPO / "src" / "fl_patch")], check=False, capture_output=True
+    )
     _count("warm-up", "pass", {})  # (valgrind's own first start)
     with ThreadPoolExecutor(args.jobs) as pool:
         counts = dict(zip(VARIANTS, pool.map(lambda item: _count(item[0], *item[1]), VARIANTS.items()), strict=True))

@@ -71,7 +71,7 @@ def _env(**extra: str) -> dict[str, str]:
     # edited module from source in every process: measure what an installed package costs.
     dropped = ("MG_FL_PREFER", "PYTHONDONTWRITEBYTECODE")
     env = {k: v for k, v in os.environ.items() if not (k.startswith("FL_PATCH") or k in dropped)}
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = str(REPO / "src")
     env["PYTHONWARNINGS"] = "ignore"
     env.update(extra)
     return env
@@ -181,7 +181,9 @@ def train_step(reps: int, blocks: int) -> dict[str, object]:
     of steps patched / unpatched. The same script with ``--control`` alternates upstream
     with upstream: the noise floor of this measurement.
     """
-    env = _env(FL_PATCH_REGISTRY="identical_copies_registry", PYTHONPATH=os.pathsep.join([str(REPO), str(SUPPORT)]))
+    env = _env(
+        FL_PATCH_REGISTRY="identical_copies_registry", PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(SUPPORT)])
+    )
     command = ["-m", "fl_patch", "bench/support/train_step_ab.py", "--blocks", str(blocks)]
     with tempfile.TemporaryDirectory() as tmp:
         # One untimed run in report mode proves the copies are applied and called (report
@@ -226,7 +228,7 @@ def main() -> int:
     only = set(args.only.split(","))
     q = args.quick
     # Byte-compile fl_patch first, as an install does (see _env).
-    _python(["-m", "compileall", "-q", str(REPO / "fl_patch"), str(SUPPORT)], _env())
+    _python(["-m", "compileall", "-q", str(REPO / "src" / "fl_patch"), str(SUPPORT)], _env())
     results: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
 
     if "startup" in only:

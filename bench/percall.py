@@ -249,7 +249,7 @@ def measure(repeat: int, number: int) -> list[dict[str, object]]:
                 finally:
                     undo()
                     _REGISTRY.clear()
-                    fl_patch._activation._reset_for_tests()
+                    fl_patch.activation.install._reset_for_tests()
         floor = statistics.median(samples["direct"])
         rows.append(
             {
@@ -267,7 +267,7 @@ def main() -> int:
     parser.add_argument("--number", type=int, default=20000)
     parser.add_argument("--json")
     args = parser.parse_args()
-    fl_patch._activation._reset_for_tests()
+    fl_patch.activation.install._reset_for_tests()
     rows = measure(args.repeat, args.number)
     print("| target kind | direct call | fl_patch | @overridable dispatch | wrapt.FunctionWrapper | closure |")
     print("|---|---|---|---|---|---|")

@@ -1,1 +1,1 @@
-../fl_patch/_bootstrap/sitecustomize.py
+../src/fl_patch/activation/bootstrap/sitecustomize.py

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import fl_patch
-from fl_patch import _activation
-from fl_patch._runtime import RUNTIME
+from fl_patch.activation import install as _activation
+from fl_patch.activation.runtime import RUNTIME
 
 REPO = Path(__file__).resolve().parents[1]
 SUPPORT = Path(__file__).resolve().parent / "support"
@@ -33,7 +33,7 @@ SUPPORT_PATH = [SUPPORT, *(SUPPORT / group for group in SUPPORT_GROUPS)]
 
 def support_pythonpath(*first: str | Path) -> str:
     """``PYTHONPATH`` for a subprocess: ``first``, the repo, then every support directory."""
-    return os.pathsep.join([*map(str, first), str(REPO), *map(str, SUPPORT_PATH)])
+    return os.pathsep.join([*map(str, first), str(REPO / "src"), *map(str, SUPPORT_PATH)])
 
 
 # Keep subprocesses and this process off the user's own configuration.

@@ -1,4 +1,4 @@
-"""Every kind of target, patched on the real megatron-core 0.19.2 (fl_patch._apply)."""
+"""Every kind of target, patched on the real megatron-core 0.19.2 (fl_patch.core.apply)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 import fl_patch
 from fl_patch import Status
-from fl_patch._runtime import RUNTIME
+from fl_patch.activation.runtime import RUNTIME
 
 from .conftest import fresh_modules
 

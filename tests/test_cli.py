@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_patch._launch import interpreter_options
+from fl_patch.activation.launch import interpreter_options
 
 from .conftest import REPO, SUPPORT, clean_env
 
@@ -91,7 +91,7 @@ def test_in_process_mode_hides_the_launcher_in_tracebacks(tmp_path: Path) -> Non
     # No frame of the launcher (files of the fl_patch package) or of runpy; the clone itself
     # may well be called fl_patch, so the package directory is what is looked for.
     frames = [line for line in launched.stderr.splitlines() if line.lstrip().startswith("File ")]
-    assert frames and all(str(REPO / "fl_patch") + os.sep not in line for line in frames), launched.stderr
+    assert frames and all(str(REPO / "src" / "fl_patch") + os.sep not in line for line in frames), launched.stderr
     assert "runpy" not in launched.stderr, launched.stderr
 
 
@@ -217,7 +217,7 @@ def test_launcher_environment_is_not_left_in_this_process() -> None:
 def test_every_variable_has_one_row_and_the_help_shows_it_aligned() -> None:
     """One table (fl_patch._options) for options and variables: Settings' variables, --help and the parser agree."""
     from fl_patch._options import OPTIONS, variables
-    from fl_patch._settings import ENV
+    from fl_patch.activation.settings import ENV
     from fl_patch.cli import build_parser, help_text
 
     names = {value for key, value in vars(ENV).items() if key.isupper()}
@@ -328,7 +328,7 @@ def test_version_names_torch_and_megatron_core_and_print_pythonpath_the_bootstra
 def test_a_registry_that_fails_is_one_warning_at_the_users_line_or_with_a_pythonpath_hint(tmp_path: Path) -> None:
     (tmp_path / "my_registry.py").write_text("from fl_patch import register\nimport vendor_sdk_not_installed\n")
     env = clean_env(
-        FL_PATCH_PACKS="none", PYTHONPATH=f"{tmp_path}{os.pathsep}{SUPPORT / 'activation'}{os.pathsep}{REPO}"
+        FL_PATCH_PACKS="none", PYTHONPATH=f"{tmp_path}{os.pathsep}{SUPPORT / 'activation'}{os.pathsep}{REPO / 'src'}"
     )
     program = ["-c", "import act_target.mod"]
     inside = run([sys.executable, "-m", "fl_patch", "--registry", "my_registry", *program], env=env)
@@ -338,12 +338,14 @@ def test_a_registry_that_fails_is_one_warning_at_the_users_line_or_with_a_python
     missing = run([sys.executable, "-m", "fl_patch", "--registry", "my_registyr", *program], env=env)
     (line,) = [line for line in missing.stderr.splitlines() if "FlPatchWarning" in line]
     assert "registry module 'my_registyr' was not found" in line and "(did you mean my_registry?)" in line
-    assert "is its directory on PYTHONPATH?" in line and str(REPO / "fl_patch") not in missing.stderr
+    assert "is its directory on PYTHONPATH?" in line and str(REPO / "src" / "fl_patch") not in missing.stderr
 
 
 def test_a_flagscale_tree_says_once_that_it_was_loaded() -> None:
     tree = REPO / "examples" / "flagscale_plugin"
-    proc = run([sys.executable, "-m", "fl_patch", "--list"], env=clean_env(PYTHONPATH=f"{tree}{os.pathsep}{REPO}"))
+    proc = run(
+        [sys.executable, "-m", "fl_patch", "--list"], env=clean_env(PYTHONPATH=f"{tree}{os.pathsep}{REPO / 'src'}")
+    )
     said = [line for line in proc.stderr.splitlines() if "FlagScale plugin tree loaded" in line]
     assert len(said) == 1 and str(tree / "megatron" / "plugin") in said[0], proc.stderr
     quiet = run([sys.executable, "-m", "fl_patch", "--list"], env=clean_env())

@@ -30,7 +30,8 @@ import pytest
 import torch
 
 import fl_patch
-from fl_patch import Status, _activation
+from fl_patch import Status
+from fl_patch.activation import install as _activation
 
 MC = "megatron.core"
 REGISTRY = "fl_patch.impls.cpu.registry"

@@ -117,7 +117,7 @@ def test_registry_module_that_fails_to_import(megatron_core, engine, monkeypatch
     assert "megatron.core.utils.divide" not in targets
     fl_patch.uninstall()
     monkeypatch.setenv("FL_PATCH_STRICT", "1")
-    fl_patch._activation._reset_for_tests()
+    fl_patch.activation.install._reset_for_tests()
     with pytest.raises(FlPatchError, match=r"fltest_broken\.registry_raises"):
         fl_patch.install()
 
@@ -145,7 +145,7 @@ def test_entry_points_register_and_a_broken_one_is_reported(megatron_core, engin
     ):
         fl_patch.install()  # megatron is already imported: deferred sources load now
     assert [r.source for r in fl_patch.report()] == ["fltest_ep_registry"]
-    fl_patch._activation._reset_for_tests()
+    fl_patch.activation.install._reset_for_tests()
     monkeypatch.setenv("FL_PATCH_STRICT", "1")
     with pytest.raises(FlPatchError, match="registry_missing_module"):
         fl_patch.install()

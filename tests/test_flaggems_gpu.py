@@ -359,7 +359,9 @@ def test_gpt_loss_curves_agree(run_python, tmp_path) -> None:
     """
     outs = {}
     # keep what the caller put on PYTHONPATH (the GPU machine's wheels live there)
-    pythonpath = os.pathsep.join([str(REPO), str(SUPPORT / "flaggems"), str(SUPPORT), os.environ.get("PYTHONPATH", "")])
+    pythonpath = os.pathsep.join(
+        [str(REPO / "src"), str(SUPPORT / "flaggems"), str(SUPPORT), os.environ.get("PYTHONPATH", "")]
+    )
     for name, env in (("pack", {"MG_FL_PREFER": "flaggems"}), ("upstream", {"FL_PATCH": "0"})):
         out = tmp_path / f"{name}.json"
         run_python(
@@ -508,7 +510,7 @@ print(json.dumps({"picks": picks, "tuned": tuned, "path": TUNE_STORE.path(), "dx
 
 def test_autotune_picks_persist_across_processes(run_python, tmp_path) -> None:
     env = clean_env(
-        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
         FL_GEMS_AUTOTUNE="1", FL_GEMS_AUTOTUNE_CACHE="1", FL_GEMS_AUTOTUNE_SEED="0", FL_GEMS_CACHE_DIR=str(tmp_path),
     )  # fmt: skip
     runs = []

@@ -16,7 +16,7 @@ import torch
 
 import fl_patch
 from fl_patch import Status
-from fl_patch._vendors import vendor_priority
+from fl_patch.core.vendors import vendor_priority
 from fl_patch.impls.flaggems import _runtime
 
 from .conftest import SUPPORT, clean_env
@@ -109,7 +109,7 @@ def test_pack_on_a_cpu_machine_end_to_end(run_python) -> None:
     """``MG_FL_PREFER=flaggems`` on a CPU: flaggems, then the cpu pack (megatron imports), then upstream."""
     code = (
         "import json, fl_patch; fl_patch.install()\n"
-        "from fl_patch._runtime import RUNTIME\n"
+        "from fl_patch.activation.runtime import RUNTIME\n"
         "import megatron.core, torch\n"
         "from megatron.core.models.common.embeddings import rope_utils\n"
         "print(json.dumps({'vendors': RUNTIME.engine.vendors(), 'status': {r.target.rsplit('.', 1)[-1]: "

@@ -27,7 +27,7 @@ import pytest
 from .conftest import REPO, SUPPORT_PATH, clean_env
 
 TEMPLATE = REPO / "sitecustomize_template"
-LAUNCHER_BOOTSTRAP = os.path.realpath(REPO / "fl_patch" / "_bootstrap")
+LAUNCHER_BOOTSTRAP = os.path.realpath(REPO / "src" / "fl_patch" / "activation" / "bootstrap")
 
 SHOW_PATH = """
 import json, sys
@@ -53,9 +53,9 @@ def result(proc: subprocess.CompletedProcess[str]) -> dict:
 @pytest.mark.parametrize(
     "pythonpath",
     [
-        ["", str(REPO), *map(str, SUPPORT_PATH)],
-        [str(REPO), *map(str, SUPPORT_PATH), ""],
-        [str(REPO), "", *map(str, SUPPORT_PATH)],
+        ["", str(REPO / "src"), *map(str, SUPPORT_PATH)],
+        [str(REPO / "src"), *map(str, SUPPORT_PATH), ""],
+        [str(REPO / "src"), "", *map(str, SUPPORT_PATH)],
     ],
     ids=["leading", "trailing", "middle"],
 )
@@ -114,7 +114,7 @@ def test_two_bootstrap_copies_do_not_recurse_and_the_users_sitecustomize_runs_on
     exactly once and importable as ``sitecustomize``.
     """
     user, shared = user_and_shared
-    rest = [str(user), str(REPO), *map(str, SUPPORT_PATH)]
+    rest = [str(user), str(REPO / "src"), *map(str, SUPPORT_PATH)]
     if layout == "template_and_launcher":
         front, launcher = [str(TEMPLATE)], ["-m", "fl_patch"]
     elif layout == "shared_copy_and_launcher":

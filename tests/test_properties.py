@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fl_patch
-from fl_patch import _activation
-from fl_patch._targets import parse_target
+from fl_patch.activation import install as _activation
+from fl_patch.core.paths import parse_target
 
 identifiers = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(lambda s: not keyword.iskeyword(s))
 

@@ -1,4 +1,4 @@
-"""register() and vendor selection (fl_patch._registry)."""
+"""register() and vendor selection (fl_patch.core.registry)."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ def tagged(stdout: str, tag: str) -> object:
 
 def test_template_is_the_bootstrap_the_launcher_uses() -> None:
     # One file, not two kept in sync: the template is a link to the launcher's bootstrap.
-    shipped = REPO / "fl_patch" / "_bootstrap" / "sitecustomize.py"
+    shipped = REPO / "src" / "fl_patch" / "activation" / "bootstrap" / "sitecustomize.py"
     assert (TEMPLATE / "sitecustomize.py").is_symlink()
     assert (TEMPLATE / "sitecustomize.py").resolve() == shipped.resolve()
 

@@ -1,11 +1,11 @@
-"""Target and impl parsing, and FlagScale's method_key (fl_patch._targets)."""
+"""Target and impl parsing, and FlagScale's method_key (fl_patch.core.paths)."""
 
 from __future__ import annotations
 
 import pytest
 
 from fl_patch import method_key
-from fl_patch._targets import is_method_target, parse_impl_path, parse_target, parse_vendor
+from fl_patch.core.paths import is_method_target, parse_impl_path, parse_target, parse_vendor
 
 # The seed's table (override-plugin-mechanism.txt, "method_key Generation Rules").
 SEED_TABLE = [

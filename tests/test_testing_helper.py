@@ -64,7 +64,7 @@ def test_check_registry_says_what_applied_and_why_the_rest_did_not(tmp_path: Pat
 
 @pytest.mark.slow
 def test_the_example_plugins_own_tests_pass_on_real_megatron() -> None:
-    env = clean_env(PYTHONPATH=os.pathsep.join([str(PLUGIN), str(REPO)]))
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(PLUGIN), str(REPO / "src")]))
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(PLUGIN / "tests")],
         cwd=str(PLUGIN),

@@ -1,4 +1,4 @@
-"""MG_FL_PREFER and platform detection (fl_patch._vendors)."""
+"""MG_FL_PREFER and platform detection (fl_patch.core.vendors)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import fl_patch
-from fl_patch._settings import Settings
-from fl_patch._vendors import detect_platform, vendor_priority
+from fl_patch.activation.settings import Settings
+from fl_patch.core.vendors import detect_platform, vendor_priority
 
 
 def test_detected_platform_on_this_machine() -> None:

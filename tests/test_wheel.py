@@ -58,9 +58,9 @@ def test_the_wheel_installs_with_one_pip_install_and_activates_through_print_pyt
     names = set(zipfile.ZipFile(wheel).namelist())
     for data in (
         "fl_patch/py.typed",
-        "fl_patch/_bootstrap/sitecustomize.py",
+        "fl_patch/activation/bootstrap/sitecustomize.py",
         "fl_patch/impls/flaggems/tuned/README.md",
-        *(str(p.relative_to(REPO)) for p in (REPO / "fl_patch/impls/flaggems/tuned").glob("*.json")),
+        *(str(p.relative_to(REPO / "src")) for p in (REPO / "src/fl_patch/impls/flaggems/tuned").glob("*.json")),
     ):
         assert data in names, f"{data} is not in the wheel"
 

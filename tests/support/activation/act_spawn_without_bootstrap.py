@@ -9,7 +9,7 @@ import os
 def child() -> None:
     import sys
 
-    print("CHILD spawn", "fl_patch._startup" in sys.modules, flush=True)
+    print("CHILD spawn", "fl_patch.activation.startup" in sys.modules, flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,193 @@
+# fl_patch bootstrap. The one copy: sitecustomize_template/sitecustomize.py links here.
+# It must parse on any Python that might inherit PYTHONPATH (old ones too: they are told
+# they are out of reach instead of printing a SyntaxError), hence %-formatting and (object).
+# ruff: noqa: UP004, UP031, UP036, BLE001
+"""Activate fl_patch in every Python process that has this directory on ``PYTHONPATH``.
+
+    PYTHONPATH=/path/to/sitecustomize_template:$PYTHONPATH torchrun --nproc-per-node 8 train.py
+
+Python imports ``sitecustomize`` at start-up (``site``), before the program's first
+line; every process started with this environment (torchrun workers, multiprocessing
+spawn and forkserver children, subprocesses, compile workers) inherits it. This file:
+
+1. does nothing but read ``FL_PATCH`` when it is ``0``/``false``/``no``/``off``;
+2. otherwise imports ``fl_patch.activation.startup`` and arms it: fl_patch installs itself at
+   the first import of a megatron module (or, when registry modules are named, at the
+   program's first import), so a process that never imports megatron pays a few ms;
+3. then imports the ``sitecustomize`` this one hides, if there is one (the user's, a
+   distribution's), exactly as Python would have, so chaining is invisible;
+4. never breaks start-up: a failure is one warning, except with ``FL_PATCH_STRICT=1``,
+   where start-up stops with the message (exit status 1). An interpreter that cannot
+   import fl_patch (another Python, another virtualenv) is told so at its first
+   megatron import, by a warning (strict: an ImportError), not left silently unpatched.
+
+It is written to parse on any Python, and to import only modules the interpreter has
+already loaded at start-up (``os``, ``sys``).
+"""
+
+import os
+import sys
+
+_FL_PATCH_FALSE = ("0", "false", "no", "off")
+_FL_PATCH_TRUE = ("1", "true", "yes", "on")
+
+
+def _fl_patch_flag(name, values):
+    return os.environ.get(name, "").strip().lower() in values
+
+
+class _FlPatchOutOfReach(object):
+    """A ``sys.meta_path`` entry that speaks up when megatron is imported without fl_patch."""
+
+    def __init__(self, reason):
+        self.reason = reason
+        self.fired = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not self.fired and (fullname == "megatron" or fullname.startswith("megatron.")):
+            self.fired = True
+            message = "fl_patch cannot run in this process (pid %d, %s): %s; megatron runs here unpatched" % (
+                os.getpid(),
+                sys.executable,
+                self.reason,
+            )
+            if _fl_patch_flag("FL_PATCH_STRICT", _FL_PATCH_TRUE):
+                raise ImportError(message + " (FL_PATCH_STRICT=1)")
+            import warnings
+
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+        return None
+
+    def find_module(self, fullname, path=None):  # the import protocol of old Pythons
+        self.find_spec(fullname, path)
+        return None
+
+
+def _fl_patch_failed(message):
+    """One warning; or, in strict mode, the message and exit status 1 (SystemExit here is a fatal error)."""
+    if _fl_patch_flag("FL_PATCH_STRICT", _FL_PATCH_TRUE):
+        sys.stderr.write("fl_patch: %s (FL_PATCH_STRICT=1: start-up stops)\n" % message)
+        sys.stderr.flush()
+        os._exit(1)
+    import warnings
+
+    warnings.warn("fl_patch: %s; this process runs without fl_patch" % message, RuntimeWarning, stacklevel=2)
+
+
+def _fl_patch_activate(here):
+    if sys.version_info < (3, 10):
+        sys.meta_path.insert(
+            0, _FlPatchOutOfReach("Python %d.%d is older than fl_patch needs (3.10)" % sys.version_info[:2])
+        )
+        return
+    try:
+        from fl_patch.activation.startup import activate
+    except ImportError as exc:
+        # Not installed for this interpreter (or a dependency is not): out of reach, said
+        # where it matters, at the first megatron import. Unrelated tools stay quiet.
+        sys.meta_path.insert(0, _FlPatchOutOfReach("it cannot import fl_patch (%s: %s)" % (type(exc).__name__, exc)))
+        return
+    except Exception as exc:  # a broken fl_patch
+        _fl_patch_failed("importing fl_patch failed: %s: %s" % (type(exc).__name__, exc))
+        return
+    try:
+        activate(here)
+    except Exception as exc:  # activate() reports its own problems; this is a last resort
+        _fl_patch_failed("activation failed: %s: %s" % (type(exc).__name__, exc))
+
+
+_FL_PATCH_MARK = "# fl_patch bootstrap."
+
+
+def _fl_patch_is_bootstrap(path):
+    """Whether the file at ``path`` is a copy of this bootstrap (any version)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(_FL_PATCH_MARK)).decode("ascii", "replace") == _FL_PATCH_MARK
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def _fl_patch_chain(here):
+    """Import the ``sitecustomize`` this one hides, as Python would have without it.
+
+    It is the first ``sitecustomize`` on ``sys.path`` that is not a copy of this bootstrap
+    (the template on ``PYTHONPATH`` and the launcher's directory, or a copy in
+    site-packages, would otherwise chain into each other forever), loaded under the name
+    ``sitecustomize`` (so ``import sitecustomize`` gives it afterwards), exactly once.
+    ``sys.path`` itself is never changed, which also keeps this file working when it is
+    copied into site-packages. An exception it raises propagates, so ``site`` reports it
+    exactly as it would have.
+    """
+    try:
+        from importlib.machinery import PathFinder
+    except ImportError:  # an old Python: no chaining (it is out of reach anyway)
+        return
+    for entry in list(sys.path):
+        try:
+            spec = PathFinder.find_spec("sitecustomize", [entry or os.curdir])
+        except (ImportError, OSError, ValueError):
+            continue
+        if spec is None or spec.loader is None:
+            continue
+        if _fl_patch_is_bootstrap(spec.origin):
+            continue  # this file, or another copy of it
+        from importlib.util import module_from_spec
+
+        module = module_from_spec(spec)
+        sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+        return
+
+
+# Launcher options after which it does not exec a new interpreter (it works in this one).
+_FL_PATCH_STAYS = ("--in-process", "--list", "--check", "--help", "-h", "--version")
+
+
+def _fl_patch_launcher_will_exec():
+    """Whether this process is ``python -m fl_patch ... program``, about to become the program.
+
+    Its replacement runs this file (and the user's ``sitecustomize``) itself; doing it here
+    too would run the user's ``sitecustomize`` twice for one program. With ``-I``, ``-E``
+    or ``-S`` the launcher runs the program in this process, so this process goes on.
+    """
+    words = list(getattr(sys, "orig_argv", None) or [])[1:]
+    value_next = False
+    for i, word in enumerate(words):
+        if value_next:  # the value of -X or -W
+            value_next = False
+            continue
+        if not word.startswith("-") or word.startswith("--") or word == "-":
+            return False  # a script, or a long option: not the launcher (or not worth guessing)
+        letters = word[1:]
+        head = letters.split("m", 1)[0].split("c", 1)[0]
+        if any(flag in head for flag in "IES"):
+            return False
+        if "c" in letters and letters.index("c") < (letters.index("m") if "m" in letters else len(letters)):
+            return False
+        if "m" not in letters:
+            value_next = letters[-1:] in ("X", "W")
+            continue
+        module = letters.split("m", 1)[1] or (words[i + 1] if i + 1 < len(words) else "")
+        if module != "fl_patch":
+            return False
+        for option in words[i + (1 if letters.split("m", 1)[1] else 2) :]:
+            if option in _FL_PATCH_STAYS:
+                return False
+            if not option.startswith("-") or option in ("-m", "-c"):
+                return True  # the program begins
+        return False
+    return False
+
+
+def _fl_patch_bootstrap():
+    here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
+    if _fl_patch_launcher_will_exec():
+        return
+    if not _fl_patch_flag("FL_PATCH", _FL_PATCH_FALSE):
+        _fl_patch_activate(here)
+    _fl_patch_chain(here)
+
+
+if __name__ == "sitecustomize":
+    _fl_patch_bootstrap()

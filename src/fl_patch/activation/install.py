@@ -1,0 +1,174 @@
+"""``install()`` and ``uninstall()``: idempotent, and exact inverses.
+
+``install()`` reads the environment, loads the registry sources, puts the finder
+first in ``sys.meta_path`` (with a watchdog in ``sys.path_hooks`` that puts it back if
+something takes it out) and patches what is already imported (recorded as *late*: the
+report says the program imported megatron before activation). ``uninstall()`` takes
+both out and restores every original, aliases included. Registrations survive both: a
+second ``install()`` re-applies them.
+
+Interrupted (Ctrl-C while a registry loads), ``install()`` leaves nothing half done: the
+finder is taken out again and the sources are loaded afresh by the next ``install()``.
+
+``load_sources()`` loads every registration source, deferred ones included, without
+installing anything (``--list``, ``--check``).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import warnings
+
+from fl_patch.activation import sources as _sources
+from fl_patch.activation.runtime import RUNTIME
+from fl_patch.activation.settings import Settings, enabled, unrecognised_values
+from fl_patch.compat import flagscale_tree as _flagscale
+from fl_patch.core.errors import FlPatchWarning
+from fl_patch.hooks import PatchingFinder, PathHookWatchdog
+
+__all__ = ["current_finder", "install", "is_installed", "load_sources", "uninstall"]
+
+
+def _load_deferred_sources() -> None:
+    engine = RUNTIME.engine
+    settings = engine.settings
+    if settings.entry_points:
+        _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems)
+    if settings.flagscale_tree:
+        _flagscale.load_tree(RUNTIME.registry, RUNTIME.problems, engine, hooked=engine.installed)
+    engine.check_preferred_vendors()
+    engine.check_disabled_keys()
+
+
+def _flagscale_on() -> bool:
+    return RUNTIME.settings is not None and RUNTIME.settings.flagscale_tree
+
+
+def _join_flagscale_tree(decorators: types.ModuleType) -> None:
+    if _flagscale_on():
+        _flagscale.take_over_on_load(decorators)
+
+
+def _flagscale_platform() -> str | None:
+    return _flagscale.tree_platform() if _flagscale_on() else None
+
+
+def _configure(settings: Settings) -> None:
+    engine = RUNTIME.engine
+    if RUNTIME.settings is None:  # once a process: its environment does not change meaning
+        for message in unrecognised_values():
+            warnings.warn(message, FlPatchWarning, stacklevel=4)
+    RUNTIME.settings = settings
+    engine.configure(settings)
+    # fl_patch's megatron.plugin.decorators where none is installed (``from megatron.plugin.decorators
+    # import register`` works in any registry), and a FlagScale tree's own joined to fl_patch.
+    engine.serve(_flagscale.DECORATORS, "fl_patch.compat.flagscale_decorators")
+    if not RUNTIME.flagscale_configured:  # once: both read the settings when they run
+        RUNTIME.flagscale_configured = True
+        engine.on_load(_flagscale.DECORATORS, _join_flagscale_tree)
+        engine.vendor_choice.add_hint(_flagscale_platform)
+    if settings.report_at_exit:
+        from fl_patch.introspection import exit_report as _exit_report  # only in report mode: a normal run pays nothing
+
+        _exit_report.enable()
+    else:
+        engine.call_counter = None
+    if settings.strict:
+        from fl_patch.activation import strict as _strict
+
+        _strict.arm()
+
+
+def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
+    if RUNTIME.sources_loaded:
+        return
+    _sources.load_packs(settings.packs, RUNTIME.registry, RUNTIME.problems)
+    if registries:
+        _sources.load_registry_modules(settings.registry_modules, RUNTIME.registry, RUNTIME.problems)
+    RUNTIME.engine.defer(_load_deferred_sources)
+    RUNTIME.sources_loaded = True
+
+
+def install() -> bool:
+    """Activate fl_patch in this process; returns False when ``FL_PATCH=0``."""
+    if not enabled():
+        return False
+    engine = RUNTIME.engine
+    with RUNTIME.lock:
+        if engine.installed:
+            return True
+        settings = Settings.from_environ()
+        _configure(settings)
+        first = not RUNTIME.sources_loaded
+        finder = PatchingFinder(engine)
+        RUNTIME.finder = finder
+        sys.meta_path.insert(0, finder)
+        RUNTIME.path_hook = PathHookWatchdog(finder, engine)
+        sys.path_hooks.insert(0, RUNTIME.path_hook)
+        engine.installed = True
+    try:
+        # The packs and the user's registry modules load with the finder in place and
+        # outside our lock: they may import anything, megatron included, and what they
+        # import is patched.
+        _load_eager_sources(settings, registries=first)
+        if any(name.startswith("megatron.") for name in list(sys.modules)):
+            engine.run_deferred()  # megatron is already loaded: no import will trigger it
+        engine.apply_loaded_modules()
+    except BaseException:
+        # Ctrl-C (or a strict error) half-way: take everything out again, so that the
+        # next install() starts from the beginning instead of from a half-loaded registry.
+        uninstall()
+        raise
+    return True
+
+
+def current_finder() -> PatchingFinder | None:
+    """The patching finder in ``sys.meta_path`` while installed."""
+    return RUNTIME.finder if RUNTIME.installed else None
+
+
+def load_sources() -> None:
+    """Load every registration source now, deferred ones included, without installing.
+
+    For ``--list`` and ``--check``: they need every registration, and must not wait
+    for a megatron import to discover entry points or a FlagScale plugin tree.
+    """
+    with RUNTIME.lock:
+        if not RUNTIME.installed:
+            _configure(Settings.from_environ())
+        settings = RUNTIME.engine.settings
+    _load_eager_sources(settings, registries=True)
+    RUNTIME.engine.run_deferred()
+
+
+def uninstall() -> bool:
+    """Deactivate and restore every original; returns False if it was not installed."""
+    engine = RUNTIME.engine
+    with RUNTIME.lock:
+        if not engine.installed:
+            return False
+        for hooks, hook in ((sys.meta_path, RUNTIME.finder), (sys.path_hooks, RUNTIME.path_hook)):
+            while hook is not None and hook in hooks:
+                hooks.remove(hook)
+        RUNTIME.finder = RUNTIME.path_hook = None
+        engine.installed = False
+    engine.revert_all()
+    return True
+
+
+def is_installed() -> bool:
+    return RUNTIME.installed
+
+
+def _reset_for_tests() -> None:
+    """Uninstall and forget all registrations, so the next install() starts afresh."""
+    uninstall()
+    RUNTIME.engine.reset()
+    RUNTIME.engine.call_counter = None
+    RUNTIME.sources_loaded = False
+    # A registry module registers when its body runs: forget the packs' (and the
+    # sub-registries they import) so the next install() runs them again; user registry
+    # modules are the test's own business.
+    for name in [n for n in sys.modules if n.startswith("fl_patch.impls.") and n.endswith("registry")]:
+        del sys.modules[name]

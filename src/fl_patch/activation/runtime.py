@@ -1,0 +1,93 @@
+"""The process's fl_patch state, in one object: ``RUNTIME``.
+
+Everything fl_patch keeps for the life of a process lives here: the settings read at
+installation, the registry, the engine and the finder while installed, the start-up
+trigger while armed, the child-launch watch, report mode's call counts. Modules
+define behaviour; this holds state. One place means one thing to renew after
+``fork`` (every lock: a lock another thread held at fork time would stay held forever
+in the child, and its ``install()`` would hang) and one thing for tests to reset.
+
+Importing this module is cheap, because the bootstrap imports it at the start-up of
+every Python process: the registry and the engine are created on first use.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+
+# Not ``from typing import TYPE_CHECKING``: importing typing costs ~3 ms at the start-up
+# of every process that has the bootstrap on PYTHONPATH. Type checkers read this as theirs.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from fl_patch.activation.settings import Settings
+    from fl_patch.core.errors import ProblemSink
+    from fl_patch.core.registry import Registry
+    from fl_patch.engine.observer import Engine
+
+__all__ = ["RUNTIME", "Runtime"]
+
+
+class Runtime:
+    def __init__(self) -> None:
+        self.lock = _thread.RLock()  # install(), uninstall(), loading sources
+        self.settings: Settings | None = None
+        self.finder: Any = None  # the PatchingFinder in sys.meta_path while installed
+        self.path_hook: Any = None  # its watchdog in sys.path_hooks (hooks._watchdog)
+        self.sources_loaded = False  # packs and FL_PATCH_REGISTRY modules imported
+        self.trigger: Any = None  # _startup's activation trigger in sys.meta_path
+        self.bootstrap_ran = False  # _startup.activate() ran in this process
+        self.child_watch: Any = None  # _children.ChildWatch, once launches are watched
+        self.call_counts: Any = None  # _exit_report.CallCounts in report mode
+        self.exit_check = False  # _strict's exit check registered
+        self.flagscale_configured = False  # the engine asks a FlagScale tree's platform detection
+        self._registry: Registry | None = None
+        self._problems: ProblemSink | None = None
+        self._engine: Engine | None = None
+
+    @property
+    def registry(self) -> Registry:
+        if self._registry is None:
+            with self.lock:
+                if self._registry is None:
+                    from fl_patch.core.registry import Registry
+
+                    self._registry = Registry()
+        return self._registry
+
+    @property
+    def problems(self) -> ProblemSink:
+        if self._problems is None:
+            with self.lock:
+                if self._problems is None:
+                    from fl_patch.core.errors import ProblemSink
+
+                    self._problems = ProblemSink()
+        return self._problems
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            with self.lock:
+                if self._engine is None:
+                    from fl_patch.engine.observer import Engine
+
+                    self._engine = Engine(self.registry, self.problems)
+        return self._engine
+
+    @property
+    def installed(self) -> bool:
+        return self._engine is not None and self._engine.installed
+
+    def after_fork_in_child(self) -> None:
+        self.lock = _thread.RLock()
+        for part in (self._registry, self._problems, self._engine):
+            if part is not None:
+                part.after_fork_in_child()
+
+
+RUNTIME = Runtime()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=RUNTIME.after_fork_in_child)

@@ -1,0 +1,159 @@
+"""Where registrations come from, and only from there.
+
+1. Packs shipped in ``src/fl_patch/impls/`` (``FL_PATCH_PACKS``; default: all of them.
+   Each pack registers for its own vendor, so the CPU pack is inert on a GPU machine).
+2. Modules named in ``FL_PATCH_REGISTRY`` or ``--registry``.
+3. Installed distributions' entry points in the group ``fl_patch.registries``.
+4. A FlagScale plugin tree: ``megatron/plugin/override_registry.py`` on a ``sys.path``
+   entry the user put there (``compat.flagscale_tree``, which also makes its own ``decorators.py``
+   and platform detection work with fl_patch).
+
+1 and 2 load at ``install()``. 3 and 4 are discovered when the first megatron module
+starts loading: scanning installed distributions and probing a namespace package
+cost milliseconds that a process which never imports megatron should not pay.
+A source that fails is a problem (one warning, or an error in strict mode) and
+contributes nothing, not even the registrations it made before failing; the
+others still load.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import types
+from typing import TYPE_CHECKING
+
+from fl_patch.impls import PACKS
+
+if TYPE_CHECKING:
+    from fl_patch.core.errors import ProblemSink
+    from fl_patch.core.registry import Registry
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "import_source",
+    "load_entry_points",
+    "load_packs",
+    "load_registry_modules",
+]
+
+ENTRY_POINT_GROUP = "fl_patch.registries"
+
+
+def import_source(module_name: str, what: str, registry: Registry, problems: ProblemSink) -> types.ModuleType | None:
+    """Import a registry module (``pkg.mod``), or import one and call its function (``pkg.mod:function``)."""
+    module_name, _, function = module_name.partition(":")
+    try:
+        with registry.atomically():
+            module = importlib.import_module(module_name)
+            if function:
+                getattr(module, function)()
+            return module
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001  (a broken registry, even one that calls sys.exit, must not end the run)
+        if _is_itself_missing(exc, module_name):
+            # Nothing of the user's ran: no line of theirs to point at; say where Python looked.
+            problems.problem(
+                f"fl_patch: {what} {module_name!r} was not found: {exc}{_near_miss(module_name)}; "
+                "is its directory on PYTHONPATH? (--registry and FL_PATCH_REGISTRY name a module, "
+                "imported from sys.path, not a file)",
+                where=(f"<{what} {module_name}>", 0),
+            )
+        else:
+            problems.problem(
+                f"fl_patch: {what} {module_name!r} failed to import: {type(exc).__name__}: {exc}",
+                where=_users_line(exc),
+            )
+        return None
+
+
+def _is_itself_missing(exc: BaseException, module_name: str) -> bool:
+    """The registry module (or a package above it) does not exist, as opposed to failing inside."""
+    name = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    return bool(name) and (module_name == name or module_name.startswith(f"{name}."))
+
+
+def _near_miss(module_name: str) -> str:
+    """A top-level module on sys.path whose name is close to the missing one (only looked for on failure)."""
+    import pkgutil
+    import sys
+
+    from fl_patch._suggest import did_you_mean
+
+    top = module_name.split(".", maxsplit=1)[0]
+    if top in sys.modules:
+        return ""
+    try:
+        names = {m.name for m in pkgutil.iter_modules()}
+    except Exception:  # noqa: BLE001  (an unreadable sys.path entry: no suggestion, the warning stands)
+        return ""
+    return did_you_mean(top, names, cutoff=0.8)
+
+
+def _users_line(exc: BaseException) -> tuple[str, int] | None:
+    """(file, line) of the innermost frame outside importlib and fl_patch: the user's line that failed."""
+    import os
+
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        return exc.filename, exc.lineno  # the line that does not parse, which no frame runs
+    skipped = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (importlib, _fl_patch_package()))
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith("<frozen") and not os.path.abspath(filename).startswith(skipped):
+            found = (filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return found
+
+
+def _fl_patch_package() -> types.ModuleType:
+    import sys
+
+    return sys.modules[__name__.partition(".")[0]]  # the whole fl_patch package: none of its frames is the user's
+
+
+def load_packs(names: tuple[str, ...] | None, registry: Registry, problems: ProblemSink) -> list[str]:
+    """Import the registry module of each named pack (all shipped packs for None)."""
+    loaded = []
+    for name in PACKS if names is None else names:
+        registry_module = PACKS.get(name)
+        if registry_module is None:
+            problems.problem(f"fl_patch: FL_PATCH_PACKS names unknown pack {name!r} (shipped: {', '.join(PACKS)})")
+            continue
+        if import_source(registry_module, "pack registry", registry, problems) is not None:
+            loaded.append(name)
+    return loaded
+
+
+def load_registry_modules(names: tuple[str, ...], registry: Registry, problems: ProblemSink) -> list[str]:
+    return [name for name in names if import_source(name, "registry module", registry, problems) is not None]
+
+
+def load_entry_points(registry: Registry, problems: ProblemSink) -> list[str]:
+    """Load each ``fl_patch.registries`` entry point; a callable one is called."""
+    import importlib.metadata  # deferred: ~25 ms, paid only when megatron is imported
+
+    loaded = []
+    try:
+        entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    except Exception as exc:  # noqa: BLE001
+        problems.problem(f"fl_patch: cannot read installed entry points: {exc!r}")
+        return loaded
+    for entry_point in entry_points:
+        label = f"{entry_point.name} = {entry_point.value}"
+        try:
+            with registry.atomically():
+                obj = entry_point.load()
+                if callable(obj) and not isinstance(obj, types.ModuleType):
+                    obj()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001  (SystemExit included: a plugin does not end the run)
+            problems.problem(
+                f"fl_patch: entry point {label!r} ({ENTRY_POINT_GROUP}) failed: {type(exc).__name__}: {exc}"
+            )
+            continue
+        loaded.append(label)
+    return loaded

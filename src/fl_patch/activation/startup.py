@@ -1,0 +1,209 @@
+"""What the bootstrap ``sitecustomize`` calls at interpreter start-up: arm, don't install.
+
+Every Python process with the bootstrap on ``PYTHONPATH`` runs this: torchrun's agent,
+compile workers, ``pip``, a shell's ``python -c``. Most never import megatron, so at
+start-up fl_patch only *arms* itself: one small ``sys.meta_path`` entry (and the child
+watch). fl_patch installs, and that very import then goes through the patching
+finder, at the first import of
+
+* a ``megatron`` module, or of a package named in ``FL_PATCH_TRIGGERS``;
+* anything at all once start-up is over, when the user named registry modules
+  (``FL_PATCH_REGISTRY`` / ``--registry``): their targets may be anywhere, and by
+  then ``sys.path`` holds the script's directory, where such a module often lives.
+
+A process that never does either pays for reading a few environment variables and
+this module: neither the engine, nor wrapt, nor torch is imported.
+
+Installing happens inside ``find_spec`` of the triggering import, and installing may
+import anything (a registry module may import megatron itself). If that loads the
+very module being found, it is not loaded a second time: the trigger hands the
+import system the module that now exists (``_LoadedModule``).
+
+Targets outside megatron whose modules were imported before activation
+(``torch.Tensor.cuda``, say) are patched then, on the spot, and the report says so
+("applied after import").
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+
+from fl_patch.activation.runtime import RUNTIME
+from fl_patch.activation.settings import strict_requested
+from fl_patch.core.errors import FlPatchError, FlPatchWarning
+
+__all__ = ["activate", "armed"]
+
+
+class _ActivationTrigger:
+    """A ``sys.meta_path`` entry that installs fl_patch at the first import that needs it."""
+
+    def __init__(self, roots: frozenset[str], after_site: bool) -> None:
+        self.roots = roots
+        self.after_site = after_site
+        self.armed = True
+
+    @property
+    def fl_patch_inert(self) -> bool:
+        """Disarmed, it takes no import: the patching finder may stay behind it."""
+        return not self.armed
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if not self.armed:
+            return None
+        if fullname.partition(".")[0] not in self.roots and not (self.after_site and not _site_running()):
+            return None
+        # Disarm, but stay in sys.meta_path: removing an entry while the import system
+        # iterates over the list would make this very import skip the entry after it.
+        self.armed = False
+        try:
+            finder = _install()
+        except KeyboardInterrupt:
+            self.armed = True  # interrupted: the next such import tries again
+            raise
+        loaded = sys.modules.get(fullname)
+        if loaded is not None:  # installing imported it (a registry did): do not load it again
+            # importlib's _find_spec answers an import whose module appeared meanwhile with
+            # that module's own __spec__, then loads it again from it: so the module's spec
+            # is ours until the import system has taken the module back.
+            spec = ModuleSpec(fullname, _LoadedModule(loaded), origin=getattr(loaded, "__file__", None))
+            loaded.__spec__ = spec
+            return spec
+        if finder is None:
+            return None
+        # install() put the patching finder at the front of sys.meta_path, behind the
+        # position the import system is at: hand it this import ourselves.
+        return finder.find_spec(fullname, path, target)  # type: ignore[attr-defined]
+
+    def invalidate_caches(self) -> None:
+        pass
+
+
+class _ArmedPathHook:
+    """A ``sys.path_hooks`` entry that installs fl_patch when megatron's directories are first searched.
+
+    Another import hook put ahead of the trigger (``typeguard.install_import_hook(["megatron"])``
+    in a program's first lines) answers every megatron import itself, so the trigger never
+    sees one. But that hook too asks the path-based finder for the spec, and the path
+    finder consults the path hooks at the first search in each new directory: a
+    directory named after a trigger package (``.../megatron``) installs fl_patch there,
+    which puts the patching finder first for every import after it. It declines every
+    path (``ImportError``, the protocol's "not mine").
+    """
+
+    def __init__(self, trigger: _ActivationTrigger) -> None:
+        self.trigger = trigger
+
+    def __call__(self, path: str) -> object:
+        trigger = self.trigger
+        if trigger.armed and not _site_running() and trigger.roots.intersection(str(path).split(os.sep)):
+            trigger.armed = False
+            try:
+                _install()
+            except KeyboardInterrupt:
+                trigger.armed = True
+                raise
+        raise ImportError("fl_patch's start-up path hook handles no path")
+
+
+class _LoadedModule:
+    """A loader that hands the import system a module that already exists, and runs nothing."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+        self.real_spec = module.__spec__
+        self.real_loader = getattr(module, "__loader__", None)
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        return self.module
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__ = self.real_spec  # the module as it was loaded, for everyone after
+        if self.real_loader is not None:
+            module.__loader__ = self.real_loader
+
+
+def _site_running() -> bool:
+    """Whether ``site`` (so ``sitecustomize``) is still running: interpreter start-up."""
+    site = sys.modules.get("site")
+    return bool(getattr(getattr(site, "__spec__", None), "_initializing", False))
+
+
+def armed() -> bool:
+    trigger = RUNTIME.trigger
+    return trigger is not None and trigger.armed
+
+
+def activate(bootstrap_dir: str) -> None:
+    """Arm fl_patch for this process; never raises.
+
+    A problem becomes one ``FlPatchWarning`` and the program runs without (some)
+    patches. With ``FL_PATCH_STRICT=1`` the message goes to stderr and the process
+    exits with status 1 before the program starts: strict means a job never runs
+    on a configuration that was asked for and not delivered. (``SystemExit`` raised
+    inside ``site`` is a fatal interpreter error with a traceback, hence ``os._exit``.)
+    """
+    if RUNTIME.bootstrap_ran:
+        return  # a second bootstrap copy (the template and the launcher's, say) does nothing
+    RUNTIME.bootstrap_ran = True
+    try:
+        from fl_patch.activation.settings import Settings
+
+        settings = Settings.from_environ()
+        if not settings.enabled:
+            return
+        if settings.watch_children:
+            from fl_patch.activation.children import watch
+
+            watch(bootstrap_dir)
+        roots = frozenset({"megatron", *(name.partition(".")[0] for name in settings.triggers)})
+        if any(name.partition(".")[0] in roots for name in list(sys.modules)):
+            _install()  # a trigger package is loaded already (by another sitecustomize, say)
+            return
+        RUNTIME.trigger = _ActivationTrigger(roots, after_site=bool(settings.registry_modules))
+        sys.meta_path.insert(0, RUNTIME.trigger)
+        sys.path_hooks.insert(0, _ArmedPathHook(RUNTIME.trigger))
+    except Exception as exc:  # noqa: BLE001  (start-up must survive a broken plugin or a bug of ours)
+        _report(exc, "fl_patch could not arm itself in this process")
+
+
+def _install() -> object | None:
+    """Install fl_patch; return its finder (None if it is off or could not install)."""
+    try:
+        from fl_patch.activation.install import current_finder, install
+
+        if not install():
+            return None  # FL_PATCH=0 (read again by the engine's own settings)
+        return current_finder()
+    except FlPatchError:
+        if strict_requested():
+            raise  # inside an import: the import fails with the message, as strict asks
+        return None
+    except Exception as exc:  # a bug of ours must not break the program's import
+        message = f"fl_patch could not activate in this process: {type(exc).__name__}: {exc}"
+        if strict_requested():
+            raise FlPatchError(message) from exc
+        warnings.warn(message, FlPatchWarning, stacklevel=3)
+        return None
+
+
+def _report(exc: BaseException, what: str) -> None:
+    message = str(exc) if isinstance(exc, FlPatchError) else f"{what}: {type(exc).__name__}: {exc}"
+    if strict_requested():
+        _stop(message)
+    warnings.warn(message, FlPatchWarning, stacklevel=3)
+
+
+def _stop(message: str) -> None:
+    try:
+        sys.stderr.write(f"{message}\n(FL_PATCH_STRICT=1: start-up stops)\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(1)

@@ -1,0 +1,207 @@
+"""Why a target is not where its registration says, and FlagScale's key form.
+
+"has no attribute" alone sends a vendor into the Megatron sources. The usual causes are
+few, and each is told apart here from the module itself and its source:
+
+- **FlagScale's key form**: ``pkg.mod.func`` naming a method without ``self`` of a class
+  in ``pkg.mod`` (FlagScale keys staticmethods by module and function name:
+  ``filesystem_async.preload_tensors`` is ``FileSystemWriterAsync.preload_tensors``).
+  When exactly one class of the module has it, the target resolves there
+  (``resolve_key_form``); when several do, the message lists them.
+- **defined only with an optional dependency**: the name is bound only under
+  ``if HAVE_TE:`` (or another guard, or a ``try: import`` block) that is false here, or it
+  is bound to ``None`` in the guard's other branch. Replacing that ``None`` with an impl
+  would also remove upstream's own "X is not installed" check, so it is not done.
+- **renamed**: a close name exists in the module or the class (``difflib``); reported,
+  never patched, because a renamed API usually changed in other ways too.
+
+Source is read with ``ast`` from the module's file, once per file.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import functools
+import inspect
+import types
+
+from fl_patch.core.resolve import Resolved, describe, resolve_in
+
+__all__ = ["dependency_guard", "locate", "resolve_key_form", "unusable", "why_missing"]
+
+
+def _selfless(raw: object) -> bool:
+    """A class member FlagScale keys by module name: static, class, or a plain function without ``self``."""
+    if isinstance(raw, (staticmethod, classmethod)):
+        return True
+    if isinstance(raw, types.FunctionType):
+        try:
+            params = list(inspect.signature(raw).parameters)
+        except (TypeError, ValueError):
+            return False
+        return not params or params[0] != "self"
+    return False
+
+
+def _key_form_classes(module: object, name: str) -> list[str]:
+    module_name = getattr(module, "__name__", None)
+    found = []
+    for class_name, value in list(vars(module).items()):
+        if isinstance(value, type) and value.__module__ == module_name and _selfless(vars(value).get(name)):
+            found.append(class_name)
+    return sorted(found)
+
+
+def resolve_key_form(module: object, attr_path: tuple[str, ...]) -> tuple[tuple[str, ...], str] | None:
+    """``(Class, func)`` and a note, when ``module.func`` is FlagScale's key form of one class's member."""
+    if len(attr_path) != 1 or attr_path[0] in vars(module):
+        return None
+    classes = _key_form_classes(module, attr_path[0])
+    if len(classes) != 1:
+        return None
+    return (classes[0], attr_path[0]), f"FlagScale's key form: resolves to {classes[0]}.{attr_path[0]}"
+
+
+def locate(module: types.ModuleType, attr_path: tuple[str, ...]) -> tuple[Resolved, tuple[str, ...], str]:
+    """``resolve_in`` plus FlagScale's key form: (what is there, the path used, a note or '').
+
+    Raises ``AttributeError`` when a segment before the last is missing.
+    """
+    resolved = resolve_in(module, attr_path)
+    if not resolved.exists:
+        key_form = resolve_key_form(module, attr_path)
+        if key_form is not None:
+            return resolve_in(module, key_form[0]), key_form[0], key_form[1]
+    return resolved, attr_path, ""
+
+
+def unusable(module: types.ModuleType, attr_path: tuple[str, ...], resolved: Resolved, version_note: str) -> str | None:
+    """Why the target cannot be patched as found (missing, or None for want of a dependency), else None."""
+    if not resolved.exists:
+        return f"{describe(resolved.holder)} has no attribute {resolved.name!r}{version_note}" + why_missing(
+            module, attr_path
+        )
+    if resolved.raw is None:
+        guard = dependency_guard(module, attr_path)
+        if guard is not None:  # replacing that None would remove upstream's "X is not installed" check
+            return f"{describe(resolved.holder)}.{resolved.name}: {guard}"
+    return None
+
+
+def why_missing(module: object, attr_path: tuple[str, ...]) -> str:
+    """What to add to "has no attribute X": the likely cause, or ''."""
+    name = attr_path[-1]
+    if len(attr_path) == 1:
+        classes = _key_form_classes(module, name)
+        if len(classes) > 1:
+            members = ", ".join(f"{c}.{name}" for c in classes)
+            return f"; as FlagScale's key form it names several classes' members ({members}): name the class"
+    guard = dependency_guard(module, attr_path)
+    if guard is not None:
+        return f"; {guard}"
+    close = _close_names(module, attr_path)
+    if close:
+        return f"; renamed? close names there: {', '.join(close)} (not patched: check the new API first)"
+    return ""
+
+
+def _close_names(module: object, attr_path: tuple[str, ...]) -> list[str]:
+    holder: object = module
+    for segment in attr_path[:-1]:
+        holder = getattr(holder, segment, None)
+        if holder is None:
+            return []
+    name = attr_path[-1]
+    candidates: dict[str, str] = {}
+    names = dir(holder) if isinstance(holder, type) else list(vars(holder))
+    for candidate in names:
+        candidates.setdefault(candidate, candidate)
+    if not isinstance(holder, type):  # also the members of classes defined there, by their own name
+        module_name = getattr(module, "__name__", None)
+        for class_name, value in list(vars(holder).items()):
+            if isinstance(value, type) and value.__module__ == module_name:
+                for member in vars(value):
+                    if not member.startswith("__"):
+                        candidates.setdefault(member, f"{class_name}.{member}")
+    matches = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.75)
+    return [candidates[m] for m in matches if m != name]
+
+
+def dependency_guard(module: object, attr_path: tuple[str, ...]) -> str | None:
+    """How the source binds ``attr_path`` only when an optional dependency is there, if it does."""
+    if len(attr_path) != 1:
+        return None
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str) or not path.endswith(".py"):
+        return None
+    guards = _bindings(path).get(attr_path[0])
+    if not guards:
+        return None
+    real = [g for g in guards if not g[2]]  # bindings to something other than None
+    if not real or not all(g[0] for g in real):
+        return None  # bound unconditionally somewhere: not a dependency question
+    test = real[0][0]
+    what = _dependency_name(test)
+    value = vars(module).get(attr_path[0], _ABSENT)
+    state = "is None here" if value is None else "is not defined here"
+    return f"it {state}: upstream defines it only when {test} ({what})"
+
+
+_ABSENT = object()
+
+
+def _dependency_name(test: str) -> str:
+    if "HAVE_TE" in test or "transformer_engine" in test:
+        return "Transformer Engine, which is not installed"
+    return "an optional dependency that is missing here"
+
+
+@functools.lru_cache(maxsize=64)
+def _bindings(path: str) -> dict[str, list[tuple[str | None, bool, bool]]]:
+    """name -> [(guard test or None, in the guard's else/except branch, bound to None)] at module level."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    found: dict[str, list[tuple[str | None, bool, bool]]] = {}
+
+    def visit(body: list[ast.stmt], guard: str | None, other_branch: bool) -> None:
+        for node in body:
+            if isinstance(node, ast.If):
+                test = f"`{ast.unparse(node.test)}`"
+                visit(node.body, test, False)
+                visit(node.orelse, test, True)
+            elif isinstance(node, ast.Try):
+                imports = [n for n in node.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+                test = f"`{ast.unparse(imports[0])}` succeeds" if imports else guard
+                visit(node.body, test, False)
+                for handler in node.handlers:
+                    visit(handler.body, test, True)
+                visit(node.orelse, test, False)
+                visit(node.finalbody, guard, other_branch)
+            else:
+                for name, is_none in _bound(node):
+                    found.setdefault(name, []).append((guard, other_branch, is_none))
+
+    visit(tree.body, None, False)
+    return found
+
+
+def _bound(node: ast.stmt) -> list[tuple[str, bool]]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [(node.name, False)]
+    if isinstance(node, ast.Assign):
+        is_none = isinstance(node.value, ast.Constant) and node.value.value is None
+        names = []
+        for target in node.targets:
+            elements = target.elts if isinstance(target, ast.Tuple) else [target]
+            names += [(t.id, is_none) for t in elements if isinstance(t, ast.Name)]
+        return names
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        is_none = isinstance(node.value, ast.Constant) and node.value.value is None
+        return [(node.target.id, is_none)]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [((alias.asname or alias.name).split(".")[0], False) for alias in node.names]
+    return []

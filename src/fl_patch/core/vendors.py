@@ -1,0 +1,124 @@
+"""Which vendor's impl runs: ``MG_FL_PREFER``, else the detected platform, then ``default``.
+
+``MG_FL_PREFER`` is FlagScale's variable. Here it may be a priority list
+(``musa,default``); the detected platform and ``default`` are appended after the
+user's entries, so ``MG_FL_PREFER=flaggems`` on a GPU machine means
+``flaggems, cuda, default``: the user's choice first, then what the machine needs.
+
+Detection is lazy: it runs when the first patch is about to be applied (by then
+the program is importing megatron, which imports torch), never at interpreter
+start-up, so a process that never imports megatron never imports torch for it. A
+plugin tree may bring its own detection (FlagScale's ``get_platform()``): its answer goes
+before fl_patch's (``VendorChoice.add_hint``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from collections.abc import Callable, Iterable
+
+from fl_patch.core.errors import PlatformNotReady, ProblemSink
+
+__all__ = ["DEFAULT_VENDOR", "VendorChoice", "detect_platform", "vendor_priority"]
+
+DEFAULT_VENDOR = "default"
+
+# Vendor torch extensions, checked by presence (find_spec), not imported here.
+_EXTENSION_PLATFORMS = (("torch_npu", "npu"), ("torch_musa", "musa"), ("torch_mlu", "mlu"))
+
+
+def detect_platform() -> str:
+    """The accelerator this process would run on: npu, musa, mlu, cuda, xpu or cpu."""
+    for module_name, platform in _EXTENSION_PLATFORMS:
+        if module_name in sys.modules or importlib.util.find_spec(module_name) is not None:
+            return platform
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "cuda"):
+        import torch
+    if torch.cuda.is_available():
+        return "cuda"
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        return "xpu"
+    return "cpu"
+
+
+def vendor_priority(prefer: Iterable[str], platform: str, hinted: Iterable[str] = ()) -> tuple[str, ...]:
+    """The ordered vendor list: preferred vendors, hinted platforms, the detected platform, ``default``.
+
+    ``hinted`` comes from a plugin tree's own platform detection (FlagScale's
+    ``get_platform()``, which names vendors fl_patch's detection cannot, such as
+    ``kunlunxin`` when ``XPU=1``).
+    """
+    ordered: list[str] = []
+    for vendor in (*prefer, *hinted, platform, DEFAULT_VENDOR):
+        vendor = vendor.strip().lower()
+        if vendor and vendor not in ordered:
+            ordered.append(vendor)
+    return tuple(ordered)
+
+
+class VendorChoice:
+    """The vendor priority list of this installation: read once, when it is first needed."""
+
+    def __init__(self, problems: ProblemSink) -> None:
+        self._problems = problems
+        self._prefer: tuple[str, ...] = ()
+        self._hints: list[Callable[[], str | None]] = []
+        self._platform: str | None = None
+        self._vendors: tuple[str, ...] | None = None
+
+    def configure(self, prefer: tuple[str, ...]) -> None:
+        self._prefer = prefer
+        self._vendors = None
+
+    def add_hint(self, hint: Callable[[], str | None]) -> None:
+        """A platform detector of a plugin tree's own, asked before fl_patch's."""
+        self._hints.append(hint)
+        if self._vendors is not None:
+            before, self._vendors = self._vendors, None
+            if self.vendors() != before:
+                self._problems.problem(
+                    f"fl_patch: the vendor list became {', '.join(self.vendors())} once a plugin tree's platform "
+                    f"detection was found; patches applied before used {', '.join(before)}"
+                )
+
+    @property
+    def detected(self) -> bool:
+        return self._vendors is not None
+
+    def vendors(self) -> tuple[str, ...]:
+        """The priority list. Raises ``PlatformNotReady`` while torch itself is importing (a target
+        inside torch, met during torch's own import): detecting the accelerator then would read a
+        half-built torch and guess wrong, so the target is retried once torch has loaded."""
+        if self._vendors is None:
+            if self._platform is None:
+                torch = sys.modules.get("torch")
+                spec = getattr(torch, "__spec__", None)
+                if isinstance(torch, types.ModuleType) and getattr(spec, "_initializing", False):
+                    raise PlatformNotReady("torch is still importing", blocker="torch")
+                try:
+                    self._platform = detect_platform()
+                except Exception as exc:  # noqa: BLE001  (detection must never break an import)
+                    self._platform = "cpu"
+                    self._problems.problem(f"fl_patch: could not detect the platform ({exc!r}); assuming 'cpu'")
+            self._vendors = vendor_priority(self._prefer, self._platform, self._hinted())
+        return self._vendors
+
+    def _hinted(self) -> list[str]:
+        hinted = []
+        for hint in self._hints:
+            try:
+                platform = hint()
+            except Exception as exc:  # noqa: BLE001  (a plugin tree's detection must not break an import)
+                self._problems.problem(f"fl_patch: a plugin tree's platform detection failed: {exc!r}; it is ignored")
+                continue
+            if platform:
+                hinted.append(platform)
+        return hinted
+
+    def reset(self) -> None:
+        self._platform = None
+        self._vendors = None

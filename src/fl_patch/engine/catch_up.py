@@ -1,0 +1,182 @@
+"""Catching up: modules that finished loading without the engine seeing them.
+
+A module may load past the hook (another import hook handled it, ``sys.meta_path`` was reset,
+its targets were registered while it was importing, or it was stored under a second name in
+``sys.modules``). The engine notes such cases as they happen (``_note_unobserved``,
+``_waiting_on``) and patches them at the next chance, with a warning when the hook was bypassed.
+Also here: applying what was imported before installation, and registrations made while
+installed (``_on_registered``).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from fl_patch.core.registration import Registration
+from fl_patch.core.resolve import owned_path
+from fl_patch.core.target import Target, initializing
+from fl_patch.engine.retries import _still_loading
+
+__all__ = ["CatchUp"]
+
+
+class CatchUp:
+    """The engine's catch-up part; the state it reads is set by ``Engine.__init__``."""
+
+    def _note_unobserved(self, modules_before: int) -> None:
+        """Watched names that appeared in sys.modules during a body without passing the hook.
+
+        The usual case is a module stored under a second name
+        (``sys.modules["pkg.experimental"] = import_module("pkg._new")``, as megatron-core's
+        nvshmem compat module does): importing that name later finds it in sys.modules and
+        never reaches a finder. Catching up patches it under that name.
+        """
+        added = len(sys.modules) - modules_before
+        if added <= 0:
+            return
+        try:
+            # From the end, over the window only (plus slack for entries deleted meanwhile).
+            for _, name in zip(range(added + 32), reversed(sys.modules), strict=False):
+                if self.registry.watches(name) and self._processed_module(name) is not sys.modules.get(name):
+                    module = sys.modules.get(name)
+                    if module is None or (isinstance(module, types.ModuleType) and initializing(module)):
+                        continue
+                    self._catch_up_due = True
+                    return
+        except RuntimeError:  # another thread imported meanwhile: look at everything, later
+            self._catch_up_due = True
+
+    def _waited_for_loaded(self) -> bool:
+        """Whether a module that catching up (or a pending target) waits for has finished loading.
+
+        Asked at every import while something waits, so it is a few dict lookups: a catch-up
+        itself walks every module that owns a target.
+        """
+        waited = set(self._waiting_on)
+        waited.update(entry[4] for entry in self._pending)
+        for name in waited:
+            module = sys.modules.get(name)
+            if not isinstance(module, types.ModuleType) or not initializing(module):
+                return True
+        return False
+
+    def meta_path_changed(self) -> None:
+        """The hook found itself moved or removed: modules may have loaded past it."""
+        self._catch_up_due = True
+
+    def apply_loaded_modules(self) -> None:
+        """Patch what was imported before installation (the report says so: ``late``)."""
+        self._apply(self._loaded_batch(), window=None, late=True)
+
+    def _loaded_batch(self, *, only_unprocessed: bool = False) -> list[tuple[types.ModuleType, str, list[Target]]]:
+        batch = []
+        for name in self.registry.owner_names():
+            module = sys.modules.get(name)
+            if module is None or not hasattr(module, "__dict__"):
+                continue
+            if isinstance(module, types.ModuleType) and initializing(module):
+                with self.lock:
+                    if name not in self._executing:
+                        self._waiting_on.add(name)  # loading without us: look again once it has loaded
+                continue
+            with self.lock:
+                if only_unprocessed and self._processed_module(name) is module:
+                    continue
+                self._mark_processed(name, module)
+            whole = self.registry.get(name)
+            if whole is not None and isinstance(module, types.ModuleType):
+                self._substitute_loaded(whole, module)
+            targets = self.registry.targets_under(name)
+            if targets:
+                batch.append((module, name, targets))
+        return batch
+
+    def catch_up(self) -> None:
+        """Patch modules that finished loading without this engine seeing them (see the module doc)."""
+        if getattr(self._catching_up, "active", False) or not self.installed:
+            return
+        self._catching_up.active = True
+        try:
+            self._catch_up_due = False
+            with self.lock:
+                self._waiting_on = {n for n in self._waiting_on if _still_loading(n)}
+            if self._pending:
+                self._retry_pending()
+            batch = self._loaded_batch(only_unprocessed=True)
+            if not batch:
+                return
+            # Quiet: targets registered while their module was importing, and modules stored
+            # under a second name. Otherwise the hook was bypassed, which deserves a warning.
+            bypassed = [
+                name
+                for module, name, targets in batch
+                if getattr(module, "__name__", name) == name and any(t.name not in self._quiet for t in targets)
+            ]
+            patches = self._apply(batch, window=None, late=True)
+            self._quiet.difference_update(t.name for _, _, targets in batch for t in targets)
+            if bypassed and patches:
+                self.problems.problem(
+                    "fl_patch: imported without passing through fl_patch's import hook (another import hook "
+                    "ahead of it handled them, or sys.meta_path was changed): "
+                    + ", ".join(sorted({p.target.rpartition(".")[0] for p in patches if _under(p.target, bypassed)}))
+                    + "; their patches were applied after the import"
+                )
+        finally:
+            self._catching_up.active = False
+
+    def _on_registered(self, registrations: list[Registration]) -> None:
+        """New registrations while installed: patch the ones whose module is loaded already.
+
+        A batch (a registry module's registrations) is applied together, so the alias
+        sweep over every loaded module runs once, not once per registration.
+        """
+        if not self.installed:
+            return
+        batch: dict[str, tuple[types.ModuleType, str, list[Target]]] = {}
+        for registration in registrations:
+            target = self.registry.get(registration.target)
+            if target is None:
+                continue
+            loaded = sys.modules.get(target.name)
+            if isinstance(loaded, types.ModuleType):
+                if initializing(loaded):
+                    self._quiet.add(target.name)
+                    self._waiting_on.add(target.name)
+                else:
+                    self._substitute_loaded(target, loaded)
+                continue
+            owner = self._loaded_owner(target)
+            if owner is not None:
+                module, name = owner
+                batch.setdefault(name, (module, name, []))[2].append(target)
+        if batch:
+            self._apply(batch.values(), window=None, late=True)
+
+    def _loaded_owner(self, target: Target) -> tuple[types.ModuleType, str] | None:
+        """The loaded module that owns ``target``, if it has finished loading."""
+        parts = target.parts
+        for end in range(len(parts) - 1, 0, -1):
+            name = ".".join(parts[:end])
+            module = sys.modules.get(name)
+            if module is None:
+                continue
+            with self.lock:
+                if name in self._executing:
+                    return None  # its after_exec has not read the registry yet: it will see this one
+            if isinstance(module, types.ModuleType) and initializing(module):
+                # Importing, but not through the hook (its import began before this registration
+                # made it a watched name): patch it once it has loaded.
+                self._quiet.add(target.name)
+                self._waiting_on.add(name)
+                return None
+            if owned_path(module, parts, name) is not None:
+                with self.lock:
+                    self._mark_processed(name, module)
+                return module, name
+            return None
+        return None
+
+
+def _under(target: str, modules: list[str]) -> bool:
+    return any(target.startswith(name + ".") for name in modules)

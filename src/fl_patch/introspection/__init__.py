@@ -1,0 +1,1 @@
+"""Introspection: ``--check``, ``--list``, signature comparison, the report at exit."""

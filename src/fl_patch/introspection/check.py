@@ -1,0 +1,547 @@
+"""``--list`` (what is registered) and ``--check`` (does each registration fit the installed Megatron).
+
+``--list`` loads every registration source (packs, ``FL_PATCH_REGISTRY``, entry
+points, a FlagScale plugin tree) and reads the registry; nothing of megatron.core is
+imported. Choosing the vendor needs the platform, so torch is imported.
+
+``--check`` is what a vendor runs after upgrading Megatron. It installs fl_patch as a
+real run would (so upstream modules that need a stand-in, such as megatron.core's
+triton-only module on a CPU machine, import as they would in the job), imports the
+module that owns every target, loads every impl of every vendor, takes the engine's
+status of each patch, then uninstalls (every original back in place) and compares
+each impl with the *upstream* object it replaces:
+
+- the target exists (or is created on purpose: ``create=True``);
+- the impl imports. An impl that needs a package not installed here (a vendor SDK)
+  is *skipped* when its vendor is not active on this machine, an error when it is;
+- it can stand in: a class subclasses the original and its constructor accepts the
+  original's calls; a function, method, staticmethod, classmethod or property getter
+  accepts every call the original accepts, binding each argument the same way
+  (``fl_patch.introspection.signatures``); a module replaced whole exports every public name the
+  upstream module defines (read from its source with ``ast``: the upstream module may
+  not be importable here, which is why it is replaced).
+
+Problems of the sources themselves (a registry module that fails to import) are
+errors too. The exit status of ``--check`` is 1 when anything is an error.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.machinery
+import inspect
+import os
+import subprocess
+import sys
+import types
+import warnings
+from dataclasses import asdict, dataclass, field
+
+from fl_patch.activation import install as _activation
+from fl_patch.activation.runtime import RUNTIME
+from fl_patch.activation.settings import ENV
+from fl_patch.core.errors import FlPatchWarning
+from fl_patch.core.missing import locate, unusable
+from fl_patch.core.records import PatchRecord, Status
+from fl_patch.core.registration import Registration
+from fl_patch.core.resolve import Kind, Resolved, load_impl, owned_path
+from fl_patch.introspection.signatures import Finding, compare_signatures
+
+__all__ = ["CheckReport", "CheckResult", "Listed", "check", "list_registrations"]
+
+# Problems of a registration source (not of one patch): --check fails on them.
+_SOURCE_PROBLEMS = (
+    "registry module",
+    "pack registry",
+    "entry point",
+    "FL_PATCH_PACKS names unknown pack",
+    "FlagScale registry",
+    "cannot read installed entry points",
+)
+
+
+def megatron_core_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("megatron-core")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+# ---------------------------------------------------------------------------------- --list
+@dataclass(frozen=True)
+class Listed:
+    """One registration as ``--list`` shows it."""
+
+    target: str
+    method_key: str
+    vendor: str
+    vendors: tuple[str, ...]  # every vendor registered for this target
+    chosen_vendor: str | None
+    impl: str
+    status: str
+    detail: str
+    source: str
+
+    def as_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["vendors"] = list(self.vendors)
+        return data
+
+
+def list_registrations() -> list[Listed]:
+    """Every registration, from every source, with the vendor that would be chosen here."""
+    _activation.load_sources()
+    records = RUNTIME.engine.records()
+    vendors: dict[str, list[str]] = {}
+    for record in records:
+        vendors.setdefault(record.target, []).append(record.vendor)
+    listed = []
+    for record in sorted(records, key=lambda r: (r.target, r.vendor != r.chosen_vendor, r.vendor)):
+        detail = record.detail
+        if record.status is Status.WAITING and not RUNTIME.installed:
+            detail = "applies when its module is imported" if record.vendor == record.chosen_vendor else detail
+        listed.append(
+            Listed(
+                target=record.target,
+                method_key=record.method_key,
+                vendor=record.vendor,
+                vendors=tuple(vendors[record.target]),
+                chosen_vendor=record.chosen_vendor,
+                impl=record.impl,
+                status=record.status.value,
+                detail=detail,
+                source=record.source,
+            )
+        )
+    return listed
+
+
+# ---------------------------------------------------------------------------------- --check
+@dataclass
+class CheckResult:
+    """The verdict on one registration."""
+
+    target: str
+    method_key: str
+    vendor: str
+    chosen_vendor: str | None
+    impl: str
+    source: str
+    kind: str | None = None  # of the upstream object: function, method, class, module, ...
+    target_found: bool = False
+    impl_loaded: bool = False
+    signature: str = "not compared"  # compatible, incompatible, not compared, not applicable
+    engine_status: str | None = None  # what the engine did with it (chosen registrations)
+    findings: list[Finding] = field(default_factory=list)
+    skipped: str | None = None  # why the impl could not be checked here
+
+    @property
+    def level(self) -> str:
+        if any(f.level == "error" for f in self.findings):
+            return "error"
+        if self.skipped:
+            return "skipped"
+        if any(f.level == "warning" for f in self.findings):
+            return "warning"
+        return "ok"
+
+    def as_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["findings"] = [f.as_dict() for f in self.findings]
+        data["level"] = self.level
+        return data
+
+
+@dataclass
+class CheckReport:
+    megatron_core: str | None
+    vendors: tuple[str, ...]
+    results: list[CheckResult]
+    source_problems: list[str]
+    messages: list[str]  # other warnings seen while importing (e.g. an unverified release)
+    activation: dict[str, object] | None = None
+
+    @property
+    def failed(self) -> bool:
+        return (
+            any(r.level == "error" for r in self.results)
+            or bool(self.source_problems)
+            or (self.activation is not None and not self.activation.get("ok", False))
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "megatron_core": self.megatron_core,
+            "vendors": list(self.vendors),
+            "ok": not self.failed,
+            "registrations": [r.as_dict() for r in self.results],
+            "source_problems": self.source_problems,
+            "messages": self.messages,
+            "activation": self.activation,
+        }
+
+
+@dataclass
+class _Owner:
+    module: types.ModuleType | None = None
+    attr_path: tuple[str, ...] | None = None  # None: the target is a module, replaced whole
+    module_spec: importlib.machinery.ModuleSpec | None = None  # the upstream module, for whole-module targets
+    error: str | None = None
+
+
+def check(*, activation: bool = True) -> CheckReport:
+    """Import, load and compare everything; see the module docstring. Changes this process's environment."""
+    # A check collects problems, it does not stop at the first; and FL_PATCH=0 must not
+    # turn off the very thing being checked.
+    os.environ[ENV.STRICT] = "0"
+    os.environ.pop(ENV.ENABLED, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _activation.install()
+        _activation.load_sources()
+        registrations = sorted(RUNTIME.registry.registrations(), key=lambda r: (r.target, r.vendor))
+        owners = {target: _import_owner(target) for target in sorted({r.target for r in registrations})}
+        impls = {id(r): _load(r) for r in registrations}
+        records = {(r.target, r.vendor): r for r in RUNTIME.engine.records()}
+        vendors = RUNTIME.engine.vendors()
+    _activation.uninstall()  # every original back: compare against upstream, not the patch
+    results = [
+        _check_one(r, owners[r.target], impls[id(r)], records.get((r.target, r.vendor)), vendors) for r in registrations
+    ]
+    source_problems, messages = [], []
+    for warning in caught:
+        text = str(warning.message)
+        if issubclass(warning.category, FlPatchWarning) and text.startswith("fl_patch: cannot patch"):
+            continue  # a registration's problem: in its result, from the engine status
+        if any(marker in text for marker in _SOURCE_PROBLEMS) and issubclass(warning.category, FlPatchWarning):
+            source_problems.append(text)
+        elif issubclass(warning.category, (FlPatchWarning, RuntimeWarning)):
+            messages.append(text)
+    report = CheckReport(
+        megatron_core=megatron_core_version(),
+        vendors=tuple(vendors),
+        results=results,
+        source_problems=list(dict.fromkeys(source_problems)),
+        messages=list(dict.fromkeys(messages)),
+    )
+    if activation:
+        report.activation = check_activation()
+    return report
+
+
+def check_activation() -> dict[str, object]:
+    """Start a child as ``python -m fl_patch`` would, and ask whether fl_patch is active in it."""
+    from fl_patch.activation.launch import child_environment
+
+    env = child_environment(dict(os.environ))
+    code = "import fl_patch, sys; sys.stdout.write('active' if fl_patch.is_active() else 'inactive')"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"ok": False, "detail": f"could not start {sys.executable}: {exc}"}
+    ok = proc.returncode == 0 and proc.stdout.strip() == "active"
+    detail = "a child Python started with the launcher's environment activates fl_patch"
+    if not ok:
+        detail = f"a child Python with the launcher's environment did not activate fl_patch: {proc.stdout.strip()} {proc.stderr.strip()[-500:]}"
+    return {"ok": ok, "detail": detail, "pythonpath": env.get("PYTHONPATH", "")}
+
+
+def _import_owner(target: str) -> _Owner:
+    parts = tuple(target.split("."))
+    module = None
+    absent = None  # the outermost module found missing: megatron when megatron-core is not installed
+    for end in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:end])
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+                absent = exc.name
+                continue
+            return _Owner(error=f"module {name} fails to import: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001  (an upstream module that breaks is the finding)
+            return _Owner(error=f"module {name} fails to import: {type(exc).__name__}: {exc}")
+        break
+    if module is None:
+        # Named by the missing module, not the target: one cause (megatron-core absent), one text
+        # for every target it takes, which ``--check`` then says once with the count.
+        hint = " (megatron-core is not installed in this Python)" if absent == "megatron" else ""
+        return _Owner(error=f"no module named {absent or parts[0]!r}{hint}")
+    attr_path = owned_path(module, parts)
+    if attr_path is not None:
+        return _Owner(module=module, attr_path=attr_path)
+    # The target is a submodule, replaced whole: where would upstream's come from?
+    search = getattr(module, "__path__", None)
+    spec = None
+    if search is not None:
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(target, list(search))
+        except (ImportError, ValueError):
+            spec = None
+    try:
+        importlib.import_module(target)  # so the engine applies (or fails) the replacement
+    except Exception:  # noqa: BLE001  (its status says why)
+        pass
+    return _Owner(module=module, attr_path=None, module_spec=spec)
+
+
+def _load(registration: Registration) -> tuple[object, BaseException | None]:
+    try:
+        return load_impl(registration.impl), None
+    except Exception as exc:  # noqa: BLE001
+        return None, exc
+
+
+def _check_one(
+    registration: Registration,
+    owner: _Owner,
+    loaded: tuple[object, BaseException | None],
+    record: PatchRecord | None,
+    vendors: tuple[str, ...],
+) -> CheckResult:
+    result = CheckResult(
+        target=registration.target,
+        method_key=registration.method_key,
+        vendor=registration.vendor,
+        chosen_vendor=record.chosen_vendor if record is not None else None,
+        impl=registration.impl_name,
+        source=registration.source,
+        engine_status=record.status.value if record is not None else None,
+    )
+    version = megatron_core_version()
+    where = f" (installed megatron-core {version})" if registration.target.startswith("megatron.") and version else ""
+    findings = result.findings
+    resolved: Resolved | None = None
+    if owner.error is not None:
+        findings.append(Finding("error", f"target: {owner.error}"))
+    elif owner.attr_path is None:
+        result.kind = Kind.MODULE.value
+        if owner.module_spec is not None:
+            result.target_found = True
+        elif registration.create:
+            findings.append(Finding("warning", "no such module upstream: it is created (create=True)"))
+        else:
+            findings.append(Finding("error", f"target missing: no module {registration.target}{where}"))
+    else:
+        try:
+            resolved, attr_path, note = locate(owner.module, owner.attr_path)  # type: ignore[arg-type]
+        except AttributeError as exc:
+            findings.append(Finding("error", f"target missing: {exc}{where}"))
+        else:
+            cause = unusable(owner.module, attr_path, resolved, where)  # type: ignore[arg-type]
+            if note:
+                findings.append(Finding("warning", note))
+            if cause is None:
+                result.target_found = True
+                result.kind = resolved.kind.value
+            elif registration.create:
+                findings.append(Finding("warning", "no such attribute upstream: it is created (create=True)"))
+                resolved = None
+            else:
+                findings.append(Finding("error", f"target missing: {cause}"))
+                resolved = None
+
+    impl, error = loaded
+    if error is not None:
+        missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+        own_root = registration.impl_name.split(".")[0].split(":")[0]
+        foreign = missing is not None and missing.split(".")[0] not in (own_root, "megatron")
+        if foreign and registration.vendor not in vendors:
+            result.skipped = (
+                f"the impl needs {missing!r}, not installed here, and vendor {registration.vendor!r} "
+                f"is not active on this machine (active: {', '.join(vendors)}): run --check where it is"
+            )
+        else:
+            findings.append(Finding("error", f"impl does not import: {type(error).__name__}: {error}"))
+    else:
+        result.impl_loaded = True
+
+    if result.impl_loaded and result.target_found:
+        if owner.attr_path is None:
+            fit = _module_fits(owner.module_spec, impl)
+        else:
+            assert resolved is not None
+            fit = _fits(resolved, impl)
+        findings.extend(fit or [])
+        if result.kind in (Kind.ATTRIBUTE.value, Kind.MODULE.value) and owner.attr_path is not None:
+            result.signature = "not applicable"  # (a value, or a module bound to a name: any object will do)
+        elif fit is None:
+            result.signature = "not compared"  # (upstream's signature cannot be read: a C function)
+        else:
+            result.signature = "incompatible" if any(f.level == "error" for f in fit) else "compatible"
+
+    if record is not None and record.status.is_problem and registration.vendor == record.chosen_vendor:
+        if not any(f.level == "error" for f in findings):
+            findings.append(Finding("error", f"the engine reports {record.status.value}: {record.detail}"))
+    return result
+
+
+def _signature(obj: object, what: str) -> tuple[inspect.Signature | None, Finding | None]:
+    try:
+        return inspect.signature(obj), None  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        return None, Finding("warning", f"cannot read the signature of the {what}: {exc}")
+
+
+def _compare(target: object, impl: object, *, receiver: bool) -> list[Finding] | None:
+    """Findings of the signature comparison; None when the target's signature cannot be read
+    (a C function such as ``torch.zeros``: nothing to compare against, not a problem)."""
+    t_sig, _ = _signature(target, "target")
+    if t_sig is None:
+        return None
+    i_sig, i_problem = _signature(impl, "impl")
+    if i_sig is None:
+        return [i_problem] if i_problem is not None else []
+    return compare_signatures(t_sig, i_sig, receiver=receiver)
+
+
+def _fits(resolved: Resolved, impl: object) -> list[Finding] | None:
+    """Findings on whether ``impl`` can stand in for the upstream object (None: nothing to compare)."""
+    raw = resolved.raw
+    kind = resolved.kind
+    if kind is Kind.CLASS:
+        if not inspect.isclass(impl):
+            return [Finding("error", f"the target is a class, the impl is a {type(impl).__name__}")]
+        if impl is raw:
+            return [Finding("error", "the impl is the target class itself")]
+        if not issubclass(impl, raw):  # type: ignore[arg-type]
+            return [
+                Finding(
+                    "error",
+                    f"{impl.__module__}.{impl.__qualname__} does not subclass {raw.__module__}.{raw.__qualname__}: "  # type: ignore[attr-defined]
+                    "isinstance checks against the original would fail (the engine refuses it)",
+                )
+            ]
+        constructor = _compare(raw, impl, receiver=False)
+        return None if constructor is None else [_prefix(f, "constructor: ") for f in constructor]
+    if kind in (Kind.MODULE, Kind.ATTRIBUTE):
+        if kind is Kind.ATTRIBUTE and raw is not None and not isinstance(impl, type(raw)):
+            return [
+                Finding(
+                    "warning", f"the target is of type {type(raw).__name__}, the impl of type {type(impl).__name__}"
+                )
+            ]
+        return None
+    descriptor = type(impl).__name__ if isinstance(impl, (staticmethod, classmethod, property)) else None
+    if kind is Kind.FUNCTION:
+        if isinstance(impl, classmethod) or isinstance(impl, property):
+            return [Finding("error", f"the target is a function, the impl a {descriptor}")]
+        plain = impl.__func__ if isinstance(impl, staticmethod) else impl
+        if not callable(plain):
+            return [Finding("error", f"the target is a function, the impl is not callable ({type(impl).__name__})")]
+        return _compare(raw, plain, receiver=False)
+    if kind is Kind.METHOD:
+        if descriptor is not None:
+            return [Finding("error", f"the target is a method (it receives self), the impl a {descriptor}")]
+        if not callable(impl):
+            return [Finding("error", f"the target is a method, the impl is not callable ({type(impl).__name__})")]
+        return _compare(raw, impl, receiver=True)
+    if kind is Kind.STATICMETHOD:
+        if isinstance(impl, (classmethod, property)):
+            return [Finding("error", f"the target is a staticmethod, the impl a {descriptor}")]
+        plain = impl.__func__ if isinstance(impl, staticmethod) else impl
+        return _compare(raw.__func__, plain, receiver=False)  # type: ignore[attr-defined]
+    if kind is Kind.CLASSMETHOD:
+        if isinstance(impl, (staticmethod, property)):
+            return [Finding("error", f"the target is a classmethod (it receives cls), the impl a {descriptor}")]
+        plain = impl.__func__ if isinstance(impl, classmethod) else impl
+        return _compare(raw.__func__, plain, receiver=True)  # type: ignore[attr-defined]
+    if kind is Kind.PROPERTY:
+        getter = impl.fget if isinstance(impl, property) else impl
+        if getter is None or raw.fget is None:  # type: ignore[attr-defined]
+            return None
+        return _compare(raw.fget, getter, receiver=True)  # type: ignore[attr-defined]
+    return None
+
+
+def _prefix(finding: Finding, prefix: str) -> Finding:
+    return Finding(finding.level, prefix + finding.message)
+
+
+def _module_fits(spec: importlib.machinery.ModuleSpec | None, impl: object) -> list[Finding] | None:
+    """A module replaced whole must export what the upstream module defines at top level."""
+    if not isinstance(impl, types.ModuleType):
+        return [Finding("error", f"the target is a module, the impl a {type(impl).__name__}")]
+    origin = getattr(spec, "origin", None)
+    if not origin or not os.path.isfile(origin) or not origin.endswith(".py"):
+        return None
+    try:
+        with open(origin, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=origin)
+    except (OSError, SyntaxError, ValueError) as exc:
+        return [Finding("warning", f"cannot read the upstream module's source: {exc}")]
+    findings = []
+    defined = _top_level_names(tree)
+    missing = sorted(name for name in defined if not hasattr(impl, name))
+    if missing:
+        findings.append(
+            Finding("error", f"the replacement module lacks names the upstream module defines: {', '.join(missing)}")
+        )
+    for node in tree.body:
+        if (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and not node.decorator_list
+            and hasattr(impl, node.name)
+        ):
+            upstream = _signature_from_ast(node.args)
+            theirs, problem = _signature(getattr(impl, node.name), f"impl's {node.name}")
+            if theirs is None:
+                findings.append(problem)  # type: ignore[arg-type]
+                continue
+            for finding in compare_signatures(upstream, theirs):
+                if finding.level == "error":  # upstream defaults are source text here: only errors count
+                    findings.append(_prefix(finding, f"{node.name}: "))
+    return findings
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    """Public names a module defines (its literal ``__all__`` if it has one)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            try:
+                return {str(n) for n in ast.literal_eval(node.value)}
+            except ValueError:
+                break
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if not n.startswith("_")}
+
+
+class _SourceDefault:
+    """A default value known only as source text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _signature_from_ast(args: ast.arguments) -> inspect.Signature:
+    P = inspect.Parameter
+    params: list[inspect.Parameter] = []
+    positional = [*args.posonlyargs, *args.args]
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    for index, (arg, default) in enumerate(zip(positional, defaults, strict=True)):
+        kind = P.POSITIONAL_ONLY if index < len(args.posonlyargs) else P.POSITIONAL_OR_KEYWORD
+        value = P.empty if default is None else _SourceDefault(ast.unparse(default))
+        params.append(P(arg.arg, kind, default=value))
+    if args.vararg is not None:
+        params.append(P(args.vararg.arg, P.VAR_POSITIONAL))
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+        value = P.empty if default is None else _SourceDefault(ast.unparse(default))
+        params.append(P(arg.arg, P.KEYWORD_ONLY, default=value))
+    if args.kwarg is not None:
+        params.append(P(args.kwarg.arg, P.VAR_KEYWORD))
+    return inspect.Signature(params)
