@@ -194,16 +194,19 @@ def test_whole_class_seed_pattern_isinstance_pickle_deepcopy(plugin):
     # The impl subclassed the original it imported by its public name: no recursion.
     assert plugin.WarmupStableDecayScheduler.__mro__[1] is upstream
     replacement = optimizer_param_scheduler.OptimizerParamScheduler
-    assert replacement is plugin.WarmupStableDecayScheduler
+    # fl_patch's stand-in (docs/reliability.md, "Identity and kinds of targets"): the impl
+    # itself, subclassed once, named where it is installed, adding nothing.
+    assert replacement.__mro__[1] is plugin.WarmupStableDecayScheduler
+    assert replacement.__qualname__ == "OptimizerParamScheduler" and replacement.__slots__ == ()
     # A caller importing the name now gets the replacement.
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     scheduler = OptimizerParamScheduler(_sgd(), **_scheduler_args())
-    assert type(scheduler) is plugin.WarmupStableDecayScheduler
+    assert type(scheduler) is replacement and isinstance(scheduler, plugin.WarmupStableDecayScheduler)
     assert isinstance(scheduler, upstream)
     assert plugin.CALLS == ["WarmupStableDecayScheduler.__init__"]
-    assert pickle.loads(pickle.dumps(scheduler)).__class__ is plugin.WarmupStableDecayScheduler
-    assert type(copy.deepcopy(scheduler)) is plugin.WarmupStableDecayScheduler
+    assert pickle.loads(pickle.dumps(scheduler)).__class__ is replacement
+    assert type(copy.deepcopy(scheduler)) is replacement
     assert pickle.loads(pickle.dumps(replacement)) is replacement
     assert fl_patch.original(SCHEDULER) is upstream
     fl_patch.uninstall()
@@ -355,11 +358,12 @@ def test_a_name_rebound_within_the_same_module_is_patched_too(plugin):
     upstream = fmg._allreduce_non_tensor_model_parallel_grads
     assert fmg._allreduce_layernorm_grads is upstream
     fl_patch.register(
-        "megatron.core.distributed.finalize_model_grads._allreduce_non_tensor_model_parallel_grads", plugin.divide
+        "megatron.core.distributed.finalize_model_grads._allreduce_non_tensor_model_parallel_grads",
+        plugin.takes_anything,
     )
     fl_patch.install()
-    assert fmg._allreduce_non_tensor_model_parallel_grads is plugin.divide
-    assert fmg._allreduce_layernorm_grads is plugin.divide
+    assert fmg._allreduce_non_tensor_model_parallel_grads is plugin.takes_anything
+    assert fmg._allreduce_layernorm_grads is plugin.takes_anything
     fl_patch.uninstall()
     assert fmg._allreduce_non_tensor_model_parallel_grads is upstream
     assert fmg._allreduce_layernorm_grads is upstream
@@ -373,9 +377,9 @@ def test_a_submodule_shadowed_by_a_same_named_function_still_owns_its_targets(pl
     assert not isinstance(moe_package.vllm_fused_moe, type(sys))  # the package attribute is the function
     upstream = vllm_module._ceil_div
     target = "megatron.core.inference.moe.vllm_fused_moe._ceil_div"
-    fl_patch.register(target, plugin.divide)
+    fl_patch.register(target, plugin.takes_anything)
     fl_patch.install()
-    assert vllm_module._ceil_div is plugin.divide
+    assert vllm_module._ceil_div is plugin.takes_anything
     assert status_of(target).module == "megatron.core.inference.moe.vllm_fused_moe"
     fl_patch.uninstall()
     assert vllm_module._ceil_div is upstream

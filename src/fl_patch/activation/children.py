@@ -31,12 +31,11 @@ import functools
 import os
 import sys
 import threading
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 
 from fl_patch.activation.interpreter_options import ISOLATION_FLAGS, parse_options
 from fl_patch.activation.settings import ENV
-from fl_patch.core.errors import FlPatchWarning
+from fl_patch.core.errors import warn
 
 __all__ = ["PACKAGE_BOOTSTRAP", "diagnose", "interpreter_flags", "watch"]
 
@@ -270,7 +269,7 @@ def _warn(cause: str, executable: str, argv: Sequence[str]) -> None:
     shown = " ".join(argv[:6]) + (" ..." if len(argv) > 6 else "")
     message = f"fl_patch: a child Python process will not run with this process's patches: {cause}: {shown}"
     filename, lineno = _launching_line()
-    warnings.warn_explicit(message, FlPatchWarning, filename, lineno)
+    warn(message, where=(filename, lineno))
 
 
 def _launching_line() -> tuple[str, int]:

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import sys
 import types
-import warnings
 
 from fl_patch.activation import sources as _sources
 from fl_patch.activation.runtime import RUNTIME
-from fl_patch.activation.settings import Settings, enabled, unrecognised_values
+from fl_patch.activation.settings import Settings, closest, enabled, misspelled_names, unrecognised_values
 from fl_patch.compat import flagscale_tree as _flagscale
-from fl_patch.core.errors import FlPatchWarning
+from fl_patch.core.errors import warn
 from fl_patch.hooks import PatchingFinder, PathHookWatchdog
 
 __all__ = ["current_finder", "install", "is_installed", "load_sources", "uninstall"]
@@ -37,8 +36,51 @@ def _load_deferred_sources() -> None:
         _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems)
     if settings.flagscale_tree:
         _flagscale.load_tree(RUNTIME.registry, RUNTIME.problems, engine, hooked=engine.installed)
+<<<<<<< HEAD
     engine.check_preferred_vendors()
     engine.check_disabled_keys()
+=======
+    engine.check_preferred_vendors(already_said=_vendor_typos)
+    _check_disabled_keys(settings)
+
+
+# Vendors fl_patch or FlagScale can name (detected platforms, FlagScale's device names):
+# an MG_FL_PREFER entry one slip from one of these (or from a registered vendor) is a typo,
+# said at start, before any registration of a deferred source could provide it.
+WELL_KNOWN_VENDORS = (
+    "default", "cpu", "cuda", "xpu", "npu", "musa", "mlu", "kunlunxin", "gcu", "metax", "iluvatar", "hygon", "ascend",
+)  # fmt: skip
+
+
+_vendor_typos: set[str] = set()  # said at start: not said again once every source has loaded
+
+
+def _check_preferred_near_misses(settings: Settings) -> None:
+    known = {*WELL_KNOWN_VENDORS, *RUNTIME.registry.vendors()}
+    for vendor in settings.prefer:
+        meant = None if vendor in known else closest(vendor, sorted(known))
+        if meant is not None:
+            _vendor_typos.add(vendor)
+            RUNTIME.problems.problem(
+                f"fl_patch: MG_FL_PREFER names vendor {vendor!r}: did you mean {meant!r}? "
+                f"(no vendor {vendor!r} is known; it is ignored)"
+            )
+
+
+def _check_disabled_keys(settings: Settings) -> None:
+    """A ``--disable`` / ``FL_PATCH_DISABLE`` key that matches no registration disables nothing: say so.
+
+    Checked when every source has loaded (the deferred ones run at the first megatron
+    import), against the targets and FlagScale method keys registered.
+    """
+    if not settings.disabled_targets:
+        return
+    names = {name for target in RUNTIME.registry.targets() for name in (target.name, target.method_key)}
+    for key in sorted(settings.disabled_targets - names):
+        meant = closest(key, sorted(names))
+        hint = f"did you mean {meant!r}?" if meant else "no registered target or method key has that name"
+        RUNTIME.problems.problem(f"fl_patch: FL_PATCH_DISABLE (--disable) names {key!r}, which matches nothing: {hint}")
+>>>>>>> main
 
 
 def _flagscale_on() -> bool:
@@ -57,8 +99,8 @@ def _flagscale_platform() -> str | None:
 def _configure(settings: Settings) -> None:
     engine = RUNTIME.engine
     if RUNTIME.settings is None:  # once a process: its environment does not change meaning
-        for message in unrecognised_values():
-            warnings.warn(message, FlPatchWarning, stacklevel=4)
+        for message in (*unrecognised_values(), *misspelled_names()):
+            warn(message, stacklevel=4)
     RUNTIME.settings = settings
     engine.configure(settings)
     # fl_patch's megatron.plugin.decorators where none is installed (``from megatron.plugin.decorators
@@ -86,6 +128,7 @@ def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
     _sources.load_packs(settings.packs, RUNTIME.registry, RUNTIME.problems)
     if registries:
         _sources.load_registry_modules(settings.registry_modules, RUNTIME.registry, RUNTIME.problems)
+    _check_preferred_near_misses(settings)
     RUNTIME.engine.defer(_load_deferred_sources)
     RUNTIME.sources_loaded = True
 

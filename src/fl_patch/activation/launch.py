@@ -28,13 +28,12 @@ import runpy
 import subprocess
 import sys
 import types
-import warnings
 from collections.abc import Sequence
 
 from fl_patch.activation.children import PACKAGE_BOOTSTRAP
 from fl_patch.activation.interpreter_options import ISOLATION_FLAGS, parse_options
 from fl_patch.activation.settings import ENV
-from fl_patch.core.errors import FlPatchWarning
+from fl_patch.core.errors import warn
 
 __all__ = ["child_environment", "exec_program", "interpreter_options", "run_in_process"]
 
@@ -95,12 +94,11 @@ def exec_program(program: Sequence[str], *, in_process: bool = False) -> int:
     if flags or in_process:
         if flags:
             letters = ", ".join(f"-{f}" for f in sorted(flags))
-            warnings.warn(
+            warn(
                 f"fl_patch: this interpreter runs with {letters}, so a new one would not read PYTHONPATH or run "
                 "site: the program runs in this process with fl_patch active, but multiprocessing spawn and "
                 f"forkserver children (which inherit {letters}) and other children started with {letters} "
                 "will run without fl_patch",
-                FlPatchWarning,
                 stacklevel=2,
             )
         return run_in_process(program)

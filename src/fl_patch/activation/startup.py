@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 
 from fl_patch.activation.runtime import RUNTIME
 from fl_patch.activation.settings import strict_requested
-from fl_patch.core.errors import FlPatchError, FlPatchWarning
+from fl_patch.core.errors import FlPatchError, warn
 
 __all__ = ["activate", "armed"]
 
@@ -190,7 +189,7 @@ def _install() -> object | None:
         message = f"fl_patch could not activate in this process: {type(exc).__name__}: {exc}"
         if strict_requested():
             raise FlPatchError(message) from exc
-        warnings.warn(message, FlPatchWarning, stacklevel=3)
+        warn(message, stacklevel=3)
         return None
 
 
@@ -198,7 +197,7 @@ def _report(exc: BaseException, what: str) -> None:
     message = str(exc) if isinstance(exc, FlPatchError) else f"{what}: {type(exc).__name__}: {exc}"
     if strict_requested():
         _stop(message)
-    warnings.warn(message, FlPatchWarning, stacklevel=3)
+    warn(message, stacklevel=3)
 
 
 def _stop(message: str) -> None:

@@ -25,11 +25,10 @@ import atexit
 import os
 import sys
 import types
-import warnings
 from collections.abc import Callable
 
 from fl_patch.activation.runtime import RUNTIME
-from fl_patch.core.errors import FlPatchError, FlPatchWarning
+from fl_patch.core.errors import FlPatchError, warn
 
 __all__ = ["arm"]
 
@@ -83,7 +82,7 @@ def _at_exit() -> None:
             )
             if RUNTIME.problems.strict:
                 _stop(f"FlPatchError: {message}")
-            warnings.warn(message, FlPatchWarning, stacklevel=1)
+            warn(message, stacklevel=1)
         swallowed = RUNTIME.problems.swallowed()
         if swallowed is not None:
             _stop(

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fl_patch.core import kinds as _kinds
 from fl_patch.core.resolve import Kind, Resolved, describe
 
 if TYPE_CHECKING:
@@ -152,23 +153,22 @@ def build_replacement(resolved: Resolved, impl: object, *, create: bool = False)
             f"{describe(resolved.holder)}.{resolved.name} is a {type(raw).__name__} (a slot or a named-tuple field: "
             "per-instance storage), not a method or class attribute: replacing it would break every instance"
         )
+    # What fits is decided in _kinds, for the engine and --check alike: the wrong kind of
+    # object, a signature that cannot take the target's calls, a class that does not subclass.
+    cause = _kinds.refusal_cause(resolved, impl)
+    if cause is not None:
+        raise ImplMismatch(cause)
     if kind is Kind.CLASS:
-        if not isinstance(impl, type):
-            raise ImplMismatch(f"target is a class, impl is a {type(impl).__name__}")
-        if impl is raw:
-            raise ImplMismatch("impl is the target class itself")
-        if not issubclass(impl, raw):  # type: ignore[arg-type]
-            raise ImplMismatch(
-                f"replacement class {impl.__module__}.{impl.__qualname__} does not subclass "
-                f"{raw.__module__}.{raw.__qualname__}, so isinstance checks against the original would fail"  # type: ignore[attr-defined]
-            )
-        return impl
+        # isinstance/issubclass against the name must hold for the original's instances and
+        # subclasses made before the patch: fl_patch's stand-in class (see _kinds).
+        return _kinds.stand_in_class(raw, impl, resolved.holder, resolved.name)  # type: ignore[arg-type]
+    wrapped, replacement = _kinds.rewrap(resolved, impl)
+    if wrapped:
+        return replacement  # the target's wrapper kind (lru_cache, cached_property, ...) kept
     if kind in (Kind.MODULE, Kind.ATTRIBUTE):
         return impl
     if isinstance(impl, (staticmethod, classmethod, property)):
         return impl
-    if not callable(impl):
-        raise ImplMismatch(f"target is a {kind.value}, impl is not callable ({type(impl).__name__})")
     if kind is Kind.STATICMETHOD:
         return staticmethod(impl)  # type: ignore[arg-type]
     if kind is Kind.CLASSMETHOD:
@@ -194,6 +194,8 @@ def install(
         previous_own = vars(holder).get(resolved.name, ABSENT)
     except TypeError:
         previous_own = ABSENT
+    if resolved.exists and resolved.kind in (Kind.FUNCTION, Kind.METHOD, Kind.STATICMETHOD, Kind.CLASSMETHOD):
+        replacement = _unshared(replacement, resolved.raw, holder, resolved.name)
     setattr(holder, resolved.name, replacement)
     patch = AppliedPatch(
         target=target,
@@ -256,6 +258,44 @@ def module_patch(
 def _function_in(obj: object) -> types.FunctionType | None:
     inner = obj.__func__ if isinstance(obj, (staticmethod, classmethod)) else obj
     return inner if isinstance(inner, types.FunctionType) else None
+
+
+def _unshared(replacement: object, original: object, holder: object, name: str) -> object:
+    """``replacement``, or fl_patch's own copy of its function when that function already
+    carries fl_patch's ``__wrapped__`` for another upstream (one impl for two targets: the
+    CPU pack's ``reset_memory_stats``). One function cannot name two originals, and
+    re-pointing it would change what the first target's ``__wrapped__`` is.
+
+    The copy shares the impl's code, globals, defaults and closure (a call costs the same,
+    ``torch.compile`` traces the same code); it is named where it is installed, so pickle
+    finds it there.
+    """
+    function = _function_in(replacement)
+    upstream = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    marked = _WRAPPED_BY_US.get(function) if function is not None else None
+    if function is None or marked is None or _same_name(marked[0], upstream):
+        return replacement  # (the same upstream, or its fresh copy after a reload or re-import)
+    copy = types.FunctionType(
+        function.__code__, function.__globals__, function.__name__, function.__defaults__, function.__closure__
+    )
+    copy.__kwdefaults__ = function.__kwdefaults__
+    copy.__dict__.update({k: v for k, v in vars(function).items() if k not in ("__wrapped__", "__signature__")})
+    copy.__doc__ = function.__doc__
+    copy.__annotations__ = dict(function.__annotations__)
+    if isinstance(holder, type):
+        copy.__module__, copy.__qualname__ = holder.__module__, f"{holder.__qualname__}.{name}"
+    else:
+        copy.__module__, copy.__qualname__ = getattr(holder, "__name__", function.__module__), name
+    if isinstance(replacement, staticmethod):
+        return staticmethod(copy)
+    if isinstance(replacement, classmethod):
+        return classmethod(copy)
+    return copy
+
+
+def _same_name(a: object, b: object) -> bool:
+    key = ("__module__", "__qualname__")
+    return a is b or all(getattr(a, k, None) == getattr(b, k, None) is not None for k in key)
 
 
 def _mark_wrapped(replacement: object, original: object) -> None:

@@ -15,10 +15,22 @@ stop anyway: at the next watched import, or at exit.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
+import types
 import warnings
 
-__all__ = ["FlPatchError", "FlPatchWarning", "ImplStillLoading", "NotYet", "PlatformNotReady", "ProblemSink"]
+__all__ = [
+    "FlPatchError",
+    "FlPatchWarning",
+    "ImplStillLoading",
+    "NotYet",
+    "PlatformNotReady",
+    "ProblemSink",
+    "hidden_by_other_filters",
+    "warn",
+]
 
 
 class FlPatchError(RuntimeError):
@@ -27,6 +39,101 @@ class FlPatchError(RuntimeError):
 
 class FlPatchWarning(UserWarning):
     """A patch could not be applied; upstream code runs instead."""
+
+
+def _filter_names_fl_patch(category: type[Warning], message: object) -> bool:
+    """A filter written for fl_patch's own warnings: by its category, or by a pattern naming fl_patch."""
+    if issubclass(category, FlPatchWarning):
+        return True
+    pattern = getattr(message, "pattern", "")
+    return isinstance(pattern, str) and "fl_patch" in pattern.lower()
+
+
+def hidden_by_other_filters(text: str, category: type[Warning], module: str, lineno: int) -> bool:
+    """Whether the warning filters would ignore, or raise, this warning by a filter meant for other warnings.
+
+    ``PYTHONWARNINGS=ignore::UserWarning`` (set to hide megatron's import noise) and
+    ``-W error`` (a test suite's) are about the program's warnings; a lost patch is not one
+    of them, and a plugin problem must not become an exception that breaks a non-strict
+    run. A filter that names fl_patch (its category, or ``fl_patch`` in its message
+    pattern) is the user's word about fl_patch, and is obeyed. The match is the one
+    ``warnings.warn_explicit`` does: the first filter that matches decides.
+    """
+    for action, message, filter_category, filter_module, filter_lineno in warnings.filters:
+        if (
+            (message is None or message.match(text))
+            and issubclass(category, filter_category)
+            and (filter_module is None or filter_module.match(module))
+            and (filter_lineno == 0 or filter_lineno == lineno)
+        ):
+            return action in ("ignore", "error") and not _filter_names_fl_patch(filter_category, message)
+    return warnings.defaultaction in ("ignore", "error")
+
+
+def warn(
+    message: str,
+    *,
+    where: tuple[str, int] | None = None,
+    stacklevel: int = 1,
+    category: type[Warning] = FlPatchWarning,
+) -> None:
+    """Issue one fl_patch warning, through a channel the program's filters for other warnings cannot hide.
+
+    Every fl_patch warning goes through here. ``where`` (file, line) points it at a
+    ``register()`` call; otherwise ``stacklevel`` counts frames above the caller, as for
+    ``warnings.warn``. Normally this is ``warnings.warn_explicit`` (so ``catch_warnings``,
+    ``pytest.warns``, ``logging.captureWarnings`` and ``-W error::FlPatchWarning`` see it);
+    when a filter meant for other warnings would drop it (or raise it), the same line
+    ``warnings`` would print is written to stderr directly: still one message.
+    """
+    module_globals: dict[str, object] | None = None
+    if where is None:
+        frame = _caller(stacklevel)
+        if frame is None:
+            filename, lineno, module = "sys", 1, "sys"
+        else:
+            filename, lineno = frame.f_code.co_filename, frame.f_lineno
+            module_globals = frame.f_globals
+            module = str(frame.f_globals.get("__name__", "<string>"))
+    else:
+        filename, lineno = where
+        module = filename[:-3] if filename.lower().endswith(".py") else filename
+    if hidden_by_other_filters(message, category, module, lineno):
+        _write_to_stderr(warnings.formatwarning(message, category, filename, lineno))
+        return
+    warnings.warn_explicit(message, category, filename, lineno, module=module, module_globals=module_globals)
+
+
+def _caller(stacklevel: int) -> types.FrameType | None:
+    """The frame ``stacklevel`` above ``warn``'s caller, skipping the import system's frames as ``warnings`` does."""
+    try:
+        frame: types.FrameType | None = sys._getframe(2)  # warn's caller
+    except ValueError:
+        return None
+    for _ in range(stacklevel - 1):
+        frame = frame.f_back if frame is not None else None
+        while frame is not None and _internal(frame):
+            frame = frame.f_back
+    return frame
+
+
+def _internal(frame: types.FrameType) -> bool:
+    filename = frame.f_code.co_filename
+    return "importlib" in filename and "_bootstrap" in filename
+
+
+def _write_to_stderr(text: str) -> None:
+    stream = sys.stderr if sys.stderr is not None else sys.__stderr__
+    try:
+        if stream is None:
+            raise OSError("no stderr")
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):  # a closed or missing sys.stderr: the descriptor itself
+        try:
+            os.write(2, text.encode(errors="replace"))
+        except OSError:
+            pass
 
 
 class NotYet(Exception):
@@ -69,10 +176,7 @@ class ProblemSink:
             if message in self._seen:
                 return
             self._seen.add(message)
-        if where is None:
-            warnings.warn(message, FlPatchWarning, stacklevel=3)
-        else:
-            warnings.warn_explicit(message, FlPatchWarning, filename=where[0], lineno=where[1])
+        warn(message, where=where, stacklevel=3)
 
     def swallowed(self) -> FlPatchError | None:
         """The first strict error that was raised but has not ended the process (something caught it)."""

@@ -9,9 +9,9 @@ few, and each is told apart here from the module itself and its source:
   When exactly one class of the module has it, the target resolves there
   (``resolve_key_form``); when several do, the message lists them.
 - **defined only with an optional dependency**: the name is bound only under
-  ``if HAVE_TE:`` (or another guard, or a ``try: import`` block) that is false here, or it
-  is bound to ``None`` in the guard's other branch. Replacing that ``None`` with an impl
-  would also remove upstream's own "X is not installed" check, so it is not done.
+  ``if HAVE_TE:`` (or another guard, or a ``try: import`` block) that is false here. When
+  it is bound to ``None`` in the guard's other branch it is *not* missing: that ``None``
+  is what a vendor fills in, so it is patched and the record says so (``upstream_none``).
 - **renamed**: a close name exists in the module or the class (``difflib``); reported,
   never patched, because a renamed API usually changed in other ways too.
 
@@ -28,7 +28,7 @@ import types
 
 from fl_patch.core.resolve import Resolved, describe, resolve_in
 
-__all__ = ["dependency_guard", "locate", "resolve_key_form", "unusable", "why_missing"]
+__all__ = ["dependency_guard", "locate", "resolve_key_form", "unusable", "upstream_none", "why_missing"]
 
 
 def _selfless(raw: object) -> bool:
@@ -77,16 +77,28 @@ def locate(module: types.ModuleType, attr_path: tuple[str, ...]) -> tuple[Resolv
 
 
 def unusable(module: types.ModuleType, attr_path: tuple[str, ...], resolved: Resolved, version_note: str) -> str | None:
-    """Why the target cannot be patched as found (missing, or None for want of a dependency), else None."""
+    """Why the target cannot be patched as found (it is missing), else None."""
     if not resolved.exists:
         return f"{describe(resolved.holder)} has no attribute {resolved.name!r}{version_note}" + why_missing(
             module, attr_path
         )
-    if resolved.raw is None:
-        guard = dependency_guard(module, attr_path)
-        if guard is not None:  # replacing that None would remove upstream's "X is not installed" check
-            return f"{describe(resolved.holder)}.{resolved.name}: {guard}"
     return None
+
+
+def upstream_none(module: types.ModuleType, attr_path: tuple[str, ...], resolved: Resolved) -> str | None:
+    """The note for a target upstream sets to ``None`` for want of an optional dependency, else None.
+
+    Exactly what a vendor fills in (issue 30: ``fused_a2a.fused_dispatch`` without DeepEP on
+    every non-NVIDIA machine): it is installed, and the record says so once. Upstream's own
+    "X is not installed" check (``if fused_dispatch is None``) then sees the vendor's impl;
+    a flag it checks (``HAVE_DEEP_EP``) is the vendor's to register too.
+    """
+    if not resolved.exists or resolved.raw is not None:
+        return None
+    guard = dependency_guard(module, attr_path)
+    if guard is None:
+        return None
+    return "upstream had None here (" + guard.removeprefix("it is None here: ") + ")"
 
 
 def why_missing(module: object, attr_path: tuple[str, ...]) -> str:

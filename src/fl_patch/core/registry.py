@@ -14,11 +14,10 @@ and reading it needs no lock: a node is complete before it is linked in.
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from fl_patch.core.errors import FlPatchWarning
+from fl_patch.core.errors import warn
 from fl_patch.core.paths import parse_impl_path, parse_vendor
 from fl_patch.core.registration import Registration, describe_impl
 from fl_patch.core.target import Target
@@ -84,7 +83,7 @@ class Registry:
                     target = self._targets[registration.target] = Target(registration.target, registration.parts)
                     self._index(target)
                 previous = target.add(registration)
-                if previous is not None and previous.impl_name != registration.impl_name:
+                if previous is not None and not _same_impl(previous.impl, registration.impl):
                     replaced.append((previous, registration))
         for previous, registration in replaced:
             _warn_replaced(previous, registration)
@@ -206,13 +205,26 @@ class Registry:
         self._held = threading.local()
 
 
+def _same_impl(a: object, b: object) -> bool:
+    """One impl registered again (the same object, or the same dotted path): not a replacement.
+
+    Decided by identity, never by how the impls print: two ``functools.partial`` objects
+    or two lambdas print alike, and the second silently winning is exactly what the
+    warning is for.
+    """
+    return a is b or (isinstance(a, str) and isinstance(b, str) and a.replace(":", ".") == b.replace(":", "."))
+
+
+def _origin(registration: Registration) -> str:
+    where = f", {registration.where[0]}:{registration.where[1]}" if registration.where else ""
+    return f"from {registration.source}{where}"
+
+
 def _warn_replaced(previous: Registration, registration: Registration) -> None:
+    alike = " (a different object that prints alike)" if registration.impl_name == previous.impl_name else ""
     message = (
         f"fl_patch: {registration.target} (vendor {registration.vendor!r}) registered twice: "
-        f"{registration.impl_name} (from {registration.source}) replaces "
-        f"{previous.impl_name} (from {previous.source})"
+        f"{registration.impl_name}{alike} ({_origin(registration)}) replaces "
+        f"{previous.impl_name} ({_origin(previous)}): the later one wins"
     )
-    if registration.where is None:
-        warnings.warn(message, FlPatchWarning, stacklevel=5)
-    else:
-        warnings.warn_explicit(message, FlPatchWarning, filename=registration.where[0], lineno=registration.where[1])
+    warn(message, where=registration.where, stacklevel=5)

@@ -38,7 +38,8 @@ from fl_patch.core.apply import (
     revert,
 )
 from fl_patch.core.errors import ImplStillLoading, NotYet, PlatformNotReady
-from fl_patch.core.missing import locate, unusable
+from fl_patch.core.kinds import torchscript_callers
+from fl_patch.core.missing import locate, unusable, upstream_none
 from fl_patch.core.records import Status
 from fl_patch.core.resolve import Kind, Resolved, describe, load_impl, unwrap
 from fl_patch.core.target_records import Selection, TargetRecords
@@ -134,6 +135,8 @@ class Target(TargetRecords):
             cause = unusable(module, attr_path, resolved, _version_note(self.name))
             if cause is not None:
                 return self._missing(first, cause, ctx)
+        if existing is None:
+            note = "; ".join(filter(None, [note, upstream_none(module, attr_path, resolved)]))
         if existing is not None:  # a re-registration replaces our own impl: keep the upstream original
             resolved = Resolved(resolved.holder, resolved.name, existing.original, existing.previous_own is not ABSENT)
         for registration in selection.candidates:
@@ -175,6 +178,14 @@ class Target(TargetRecords):
                     patch.previous_own = existing.previous_own
                 detail = "; ".join(filter(None, ["applied after import" if late else "", note]))
                 self._applied(patch, registration, late, detail)
+            scripted = torchscript_callers(resolved.raw)
+            if scripted:  # (outside the lock: the problem may be a strict error)
+                cause = (
+                    f"TorchScript compiled before the patch keeps calling the original: {', '.join(scripted)} "
+                    "(torch.jit.script compiles its callees once; register those too, or script them after install)"
+                )
+                self.detail = "; ".join(filter(None, [self.detail, cause]))
+                ctx.problem(f"fl_patch: {self.name} is patched, but {cause}", registration.where)
             return patch
         return None
 

@@ -32,7 +32,7 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from importlib.machinery import ModuleSpec
 
 from fl_patch.activation.settings import Settings
@@ -106,10 +106,10 @@ class Engine(CatchUp, Retries, PendingWork):
     def platform_detected(self) -> bool:
         return self.vendor_choice.detected
 
-    def check_preferred_vendors(self) -> None:
+    def check_preferred_vendors(self, already_said: Collection[str] = ()) -> None:
         known = self.registry.vendors()
         for vendor in self.settings.prefer:
-            if vendor not in known:
+            if vendor not in known and vendor not in already_said:
                 self.problems.problem(
                     f"fl_patch: MG_FL_PREFER names vendor {vendor!r}, which no registration provides "
                     f"(registered vendors: {', '.join(sorted(known)) or 'none'}); it is ignored"

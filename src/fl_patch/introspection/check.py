@@ -42,7 +42,9 @@ from fl_patch.activation import install as _activation
 from fl_patch.activation.runtime import RUNTIME
 from fl_patch.activation.settings import ENV
 from fl_patch.core.errors import FlPatchWarning
-from fl_patch.core.missing import locate, unusable
+from fl_patch.core.kinds import fits as _fits
+from fl_patch.core.kinds import prefixed, read_signature
+from fl_patch.core.missing import locate, unusable, upstream_none
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.registration import Registration
 from fl_patch.core.resolve import Kind, Resolved, load_impl, owned_path
@@ -336,6 +338,9 @@ def _check_one(
             cause = unusable(owner.module, attr_path, resolved, where)  # type: ignore[arg-type]
             if note:
                 findings.append(Finding("warning", note))
+            filled = upstream_none(owner.module, attr_path, resolved)  # type: ignore[arg-type]
+            if filled is not None:
+                findings.append(Finding("note", filled))  # ok: what a vendor fills in (the engine's record too)
             if cause is None:
                 result.target_found = True
                 result.kind = resolved.kind.value
@@ -381,88 +386,6 @@ def _check_one(
     return result
 
 
-def _signature(obj: object, what: str) -> tuple[inspect.Signature | None, Finding | None]:
-    try:
-        return inspect.signature(obj), None  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
-        return None, Finding("warning", f"cannot read the signature of the {what}: {exc}")
-
-
-def _compare(target: object, impl: object, *, receiver: bool) -> list[Finding] | None:
-    """Findings of the signature comparison; None when the target's signature cannot be read
-    (a C function such as ``torch.zeros``: nothing to compare against, not a problem)."""
-    t_sig, _ = _signature(target, "target")
-    if t_sig is None:
-        return None
-    i_sig, i_problem = _signature(impl, "impl")
-    if i_sig is None:
-        return [i_problem] if i_problem is not None else []
-    return compare_signatures(t_sig, i_sig, receiver=receiver)
-
-
-def _fits(resolved: Resolved, impl: object) -> list[Finding] | None:
-    """Findings on whether ``impl`` can stand in for the upstream object (None: nothing to compare)."""
-    raw = resolved.raw
-    kind = resolved.kind
-    if kind is Kind.CLASS:
-        if not inspect.isclass(impl):
-            return [Finding("error", f"the target is a class, the impl is a {type(impl).__name__}")]
-        if impl is raw:
-            return [Finding("error", "the impl is the target class itself")]
-        if not issubclass(impl, raw):  # type: ignore[arg-type]
-            return [
-                Finding(
-                    "error",
-                    f"{impl.__module__}.{impl.__qualname__} does not subclass {raw.__module__}.{raw.__qualname__}: "  # type: ignore[attr-defined]
-                    "isinstance checks against the original would fail (the engine refuses it)",
-                )
-            ]
-        constructor = _compare(raw, impl, receiver=False)
-        return None if constructor is None else [_prefix(f, "constructor: ") for f in constructor]
-    if kind in (Kind.MODULE, Kind.ATTRIBUTE):
-        if kind is Kind.ATTRIBUTE and raw is not None and not isinstance(impl, type(raw)):
-            return [
-                Finding(
-                    "warning", f"the target is of type {type(raw).__name__}, the impl of type {type(impl).__name__}"
-                )
-            ]
-        return None
-    descriptor = type(impl).__name__ if isinstance(impl, (staticmethod, classmethod, property)) else None
-    if kind is Kind.FUNCTION:
-        if isinstance(impl, classmethod) or isinstance(impl, property):
-            return [Finding("error", f"the target is a function, the impl a {descriptor}")]
-        plain = impl.__func__ if isinstance(impl, staticmethod) else impl
-        if not callable(plain):
-            return [Finding("error", f"the target is a function, the impl is not callable ({type(impl).__name__})")]
-        return _compare(raw, plain, receiver=False)
-    if kind is Kind.METHOD:
-        if descriptor is not None:
-            return [Finding("error", f"the target is a method (it receives self), the impl a {descriptor}")]
-        if not callable(impl):
-            return [Finding("error", f"the target is a method, the impl is not callable ({type(impl).__name__})")]
-        return _compare(raw, impl, receiver=True)
-    if kind is Kind.STATICMETHOD:
-        if isinstance(impl, (classmethod, property)):
-            return [Finding("error", f"the target is a staticmethod, the impl a {descriptor}")]
-        plain = impl.__func__ if isinstance(impl, staticmethod) else impl
-        return _compare(raw.__func__, plain, receiver=False)  # type: ignore[attr-defined]
-    if kind is Kind.CLASSMETHOD:
-        if isinstance(impl, (staticmethod, property)):
-            return [Finding("error", f"the target is a classmethod (it receives cls), the impl a {descriptor}")]
-        plain = impl.__func__ if isinstance(impl, classmethod) else impl
-        return _compare(raw.__func__, plain, receiver=True)  # type: ignore[attr-defined]
-    if kind is Kind.PROPERTY:
-        getter = impl.fget if isinstance(impl, property) else impl
-        if getter is None or raw.fget is None:  # type: ignore[attr-defined]
-            return None
-        return _compare(raw.fget, getter, receiver=True)  # type: ignore[attr-defined]
-    return None
-
-
-def _prefix(finding: Finding, prefix: str) -> Finding:
-    return Finding(finding.level, prefix + finding.message)
-
-
 def _module_fits(spec: importlib.machinery.ModuleSpec | None, impl: object) -> list[Finding] | None:
     """A module replaced whole must export what the upstream module defines at top level."""
     if not isinstance(impl, types.ModuleType):
@@ -489,13 +412,13 @@ def _module_fits(spec: importlib.machinery.ModuleSpec | None, impl: object) -> l
             and hasattr(impl, node.name)
         ):
             upstream = _signature_from_ast(node.args)
-            theirs, problem = _signature(getattr(impl, node.name), f"impl's {node.name}")
+            theirs, problem = read_signature(getattr(impl, node.name), f"impl's {node.name}")
             if theirs is None:
                 findings.append(problem)  # type: ignore[arg-type]
                 continue
             for finding in compare_signatures(upstream, theirs):
                 if finding.level == "error":  # upstream defaults are source text here: only errors count
-                    findings.append(_prefix(finding, f"{node.name}: "))
+                    findings.append(prefixed(finding, f"{node.name}: "))
     return findings
 
 

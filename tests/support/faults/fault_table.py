@@ -118,7 +118,7 @@ FAULTS: list[Fault] = [
         DIVIDE,
         "fltest_broken.usable.NOT_CALLABLE",
         "impl failed",
-        "target is a function, impl is not callable",
+        "the target is a function, the impl is not callable",
     ),
     _one(
         "target module missing",

@@ -12,9 +12,7 @@ registry is read: on a GPU machine the pack is inert and says nothing.
 
 from __future__ import annotations
 
-import warnings
-
-from fl_patch import FlPatchWarning
+from fl_patch.core.errors import warn
 
 __all__ = ["VERIFIED_MEGATRON_CORE", "installed_megatron_core", "unverified_message", "warn_if_unverified"]
 
@@ -56,4 +54,4 @@ def warn_if_unverified() -> None:
     _warned = True
     message = unverified_message(installed_megatron_core())
     if message is not None:
-        warnings.warn(message, FlPatchWarning, stacklevel=2)
+        warn(message, stacklevel=2)

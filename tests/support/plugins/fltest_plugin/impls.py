@@ -29,6 +29,12 @@ def divide(numerator, denominator):
     return ("patched", fl_patch.original("megatron.core.utils.divide")(numerator, denominator))
 
 
+def takes_anything(*args, **kwargs):
+    """An impl whose signature takes every call (for tests whose subject is not the impl)."""
+    CALLS.append("takes_anything")
+    return ("patched", args, kwargs)
+
+
 def unscale_main_grads_and_check_for_nan(self):
     CALLS.append("unscale")
     return fl_patch.original(UNSCALE)(self)
