@@ -36,10 +36,6 @@ def _load_deferred_sources() -> None:
         _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems)
     if settings.flagscale_tree:
         _flagscale.load_tree(RUNTIME.registry, RUNTIME.problems, engine, hooked=engine.installed)
-<<<<<<< HEAD
-    engine.check_preferred_vendors()
-    engine.check_disabled_keys()
-=======
     engine.check_preferred_vendors(already_said=_vendor_typos)
     _check_disabled_keys(settings)
 
@@ -80,7 +76,6 @@ def _check_disabled_keys(settings: Settings) -> None:
         meant = closest(key, sorted(names))
         hint = f"did you mean {meant!r}?" if meant else "no registered target or method key has that name"
         RUNTIME.problems.problem(f"fl_patch: FL_PATCH_DISABLE (--disable) names {key!r}, which matches nothing: {hint}")
->>>>>>> main
 
 
 def _flagscale_on() -> bool:

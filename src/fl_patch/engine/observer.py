@@ -115,20 +115,6 @@ class Engine(CatchUp, Retries, PendingWork):
                     f"(registered vendors: {', '.join(sorted(known)) or 'none'}); it is ignored"
                 )
 
-    def check_disabled_keys(self) -> None:
-        """A ``FL_PATCH_DISABLE`` entry that names no registration is a typo: say so, with the near misses."""
-        disabled = self.settings.disabled_targets
-        if not disabled:
-            return
-        keys = {r.target for r in self.registry.registrations()} | {r.method_key for r in self.registry.registrations()}
-        for key in sorted(disabled - keys):
-            from fl_patch._suggest import did_you_mean
-
-            self.problems.problem(
-                f"fl_patch: FL_PATCH_DISABLE names {key!r}, which is no registered target or method key"
-                f"{did_you_mean(key, keys, cutoff=0.7)}; it disables nothing"
-            )
-
     # ------------------------------------------------------------------ PatchContext (for targets)
     def disabled(self, target: Target) -> bool:
         disabled = self.settings.disabled_targets
