@@ -67,6 +67,13 @@ from megatron.core.transformer.module import Float16Module
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: at least 1")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     size = p.add_argument_group("model size")
@@ -76,7 +83,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     size.add_argument("--seq-length", type=int, default=64)
     size.add_argument("--vocab-size", type=int, default=128)
     train = p.add_argument_group("training")
-    train.add_argument("--steps", type=int, default=30, help="optimizer steps (the last step number)")
+    train.add_argument("--steps", type=_at_least_one, default=30, help="optimizer steps (the last step number)")
     train.add_argument("--micro-batch-size", type=int, default=4)
     train.add_argument("--num-microbatches", type=int, default=2, help="gradient accumulation per step")
     train.add_argument("--lr", type=float, default=3e-3)
@@ -280,25 +287,69 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any) -> i
 
 
 # --------------------------------------------------------------------------- progress
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+
+
 class Progress:
-    """A one-line progress bar on stderr (a line per step when stderr is not a terminal)."""
+    """The progress line on stderr: step, loss, the run's mean tokens/s, elapsed time and ETA.
 
-    def __init__(self, first: int, last: int, enabled: bool) -> None:
-        self.first, self.last, self.enabled = first, last, enabled
+    In a terminal, drawn by tqdm when it is installed (the ``train`` and ``test`` extras have
+    it), else redrawn by hand; in a log (stderr not a terminal), a line per step. The same text either way,
+    so that the last line reads ``step 30/30  loss 2.1071  13,786 tokens/s  0:05 elapsed,
+    0:00 left``. tokens/s is the mean over the steps run so far (their tokens / their time,
+    checkpoints not counted), not one step's: single steps vary tenfold on a shared CPU. The
+    time left is the wall time per step so far (checkpoints counted) times the steps left.
+    """
+
+    def __init__(self, first: int, last: int, tokens_per_step: int, enabled: bool) -> None:
+        self.first, self.last, self.tokens_per_step, self.enabled = first, last, tokens_per_step, enabled
+        self.start = time.perf_counter()
+        self.step_seconds = 0.0
         self.tty = sys.stderr.isatty()
+        self.bar: Any = None
+        if enabled and self.tty:  # in a log, a plain line per step reads better than tqdm's redraws
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                pass
+            else:
+                self.bar = tqdm(
+                    total=last - first, file=sys.stderr, bar_format="[{bar:24}] {desc}", ascii=" #", dynamic_ncols=False
+                )
 
-    def update(self, step: int, loss: float, tokens_per_s: float, note: str = "") -> None:
+    def text(self, step: int, loss: float, note: str = "") -> str:
+        elapsed = time.perf_counter() - self.start
+        done = step - self.first
+        tokens_per_s = done * self.tokens_per_step / self.step_seconds if self.step_seconds > 0 else 0.0
+        left = elapsed / done * (self.last - step) if done else 0.0
+        return (
+            f"step {step}/{self.last}  loss {loss:.4f}  {tokens_per_s:,.0f} tokens/s  "
+            f"{_clock(elapsed)} elapsed, {_clock(left)} left{note}"
+        )
+
+    def update(self, step: int, loss: float, seconds: float, note: str = "") -> None:
+        """Step ``step`` took ``seconds`` (its forward, backward and update: not a checkpoint saved after it)."""
+        self.step_seconds += seconds
         if not self.enabled:
             return
+        line = self.text(step, loss, note)
+        if self.bar is not None:
+            self.bar.set_description_str(line, refresh=False)
+            self.bar.update(1)
+            if step == self.last:
+                self.bar.close()
+            return
         width = 24
-        done = (step - self.first) / max(1, self.last - self.first)
-        bar = "#" * round(done * width) + "." * (width - round(done * width))
-        line = f"[{bar}] step {step}/{self.last}  loss {loss:.4f}  {tokens_per_s:,.0f} tokens/s{note}"
+        fraction = (step - self.first) / max(1, self.last - self.first)
+        bar = "#" * round(fraction * width) + "." * (width - round(fraction * width))
         if self.tty:
             end = "\n" if step == self.last else ""
-            sys.stderr.write(f"\r{line}\033[K{end}")
+            sys.stderr.write(f"\r[{bar}] {line}\033[K{end}")
         else:
-            sys.stderr.write(line + "\n")
+            sys.stderr.write(f"[{bar}] {line}\n")
         sys.stderr.flush()
 
 
@@ -330,7 +381,9 @@ def main(argv: list[str] | None = None) -> None:
         init_lr=0.0,
         max_lr=args.lr,
         min_lr=args.lr / 10,
-        lr_warmup_steps=args.warmup_steps,
+        # Megatron's scheduler needs warm-up < decay steps: a run shorter than its warm-up warms up for all but
+        # its last step (``--steps 1``: none).
+        lr_warmup_steps=min(args.warmup_steps, args.steps - 1),
         lr_decay_steps=args.steps,
         lr_decay_style="cosine",
         start_wd=0.01,
@@ -351,10 +404,10 @@ def main(argv: list[str] | None = None) -> None:
     tokens_per_step = args.micro_batch_size * args.num_microbatches * args.seq_length * dist.get_world_size() // args.tp
 
     log = args.log_file.open("w") if (args.log_file and rank0) else None
-    progress = Progress(step, args.steps, enabled=rank0 and not args.quiet)
     if rank0 and not args.quiet:
         where = f"{dist.get_world_size()} process(es), tp={args.tp}, dp={parallel_state.get_data_parallel_world_size()}"
         print(f"training GPT on {device.type} ({where}), {args.precision}, from step {step}", file=sys.stderr)
+    progress = Progress(step, args.steps, tokens_per_step, enabled=rank0 and not args.quiet)
     while step < args.steps:
         start = time.perf_counter()
         model.zero_grad_buffer()
@@ -377,7 +430,7 @@ def main(argv: list[str] | None = None) -> None:
         loss = loss.item() / parallel_state.get_data_parallel_world_size()
         elapsed = time.perf_counter() - start
         note = "" if updated else "  (update skipped: inf/nan gradients)"
-        progress.update(step, loss, tokens_per_step / elapsed, note)
+        progress.update(step, loss, elapsed, note)
         if log is not None:
             record = {
                 "step": step,

@@ -22,11 +22,18 @@ fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "${pip[@]}" --upgrade pip >/dev/null 2>&1 || true
+torch_version=${FL_PATCH_TORCH:-2.13.0}
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
-    "${pip[@]}" torch
+    "${pip[@]}" "torch==$torch_version"
+  elif [ "$(uname -s)" = Linux ]; then
+    # No GPU: the CPU build, asked for by name (+cpu) from PyTorch's CPU index. PyPI's Linux
+    # torch is the CUDA build (GBs of CUDA libraries and triton, useless here). PyPI stays
+    # an extra index for torch's own dependencies (sympy, networkx, ...).
+    "${pip[@]}" "torch==$torch_version+cpu" \
+      --index-url "${FL_PATCH_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}" --extra-index-url https://pypi.org/simple
   else
-    "${pip[@]}" "torch==${FL_PATCH_TORCH:-2.13.0}" || "${pip[@]}" torch --index-url https://download.pytorch.org/whl/cpu
+    "${pip[@]}" "torch==$torch_version"  # macOS, Windows: PyPI's build is the CPU one
   fi
 fi
 "${pip[@]}" numpy "packaging>=24.2"

@@ -212,3 +212,141 @@ def test_launcher_environment_is_not_left_in_this_process() -> None:
     assert options.program == ["x.py", "--vendor", "cpu"]  # the program's arguments stay the program's
     assert options.env == {"MG_FL_PREFER": "musa", "FL_PATCH_STRICT": "1"}
     assert dict(os.environ) == before
+
+
+def test_every_variable_has_one_row_and_the_help_shows_it_aligned() -> None:
+    """One table (fl_patch._options) for options and variables: Settings' variables, --help and the parser agree."""
+    from fl_patch._options import OPTIONS, variables
+    from fl_patch.activation.settings import ENV
+    from fl_patch.cli import build_parser, help_text
+
+    names = {value for key, value in vars(ENV).items() if key.isupper()}
+    assert set(variables()) == names
+    text = help_text("fl-patch", width=100)
+    assert text.startswith("usage: fl-patch ")
+    for row in OPTIONS:
+        assert row.setting in text and all(flag in text for flag in row.flags)
+        if row.flags:  # the parser takes every option the help shows
+            build_parser("fl-patch").parse_args([*row.flags[:1], *(["x"] if row.takes_value else [])])
+    for needed in ("FL_PATCH=0", "FL_PATCH_TRACEBACK=1", "FL_PATCH_TRIGGERS", "--print-pythonpath", "--only"):
+        assert needed in text
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 120
+    # The second column starts at the same place in every section.
+    starts = {
+        len(line) - len(line[2:].split("  ", 1)[1].lstrip())
+        for line in lines
+        if line.startswith("  -") and "  " in line[2:]
+    }
+    assert len(starts) == 1, starts
+
+
+@pytest.mark.parametrize(
+    ("argv0", "prog"),
+    [("/venv/bin/fl-patch", "fl-patch"), ("/src/fl_patch/__main__.py", "python -m fl_patch")],
+)
+def test_the_program_is_named_as_invoked(argv0: str, prog: str) -> None:
+    from fl_patch.cli import prog_name
+
+    assert prog_name(argv0) == prog
+
+
+def test_usage_errors_are_two_lines_with_near_misses() -> None:
+    cases = {
+        ("--reprot", "x.py"): "unknown option '--reprot' (did you mean --report",
+        ("--list", "--only", "vendr=cpu"): "(did you mean vendor?)",
+        ("--stric", "x.py"): "(did you mean --strict?)",
+        ("--strict=1", "x.py"): "--strict takes no value",
+        ("--json", "x.py"): "--json goes with --list or --check",
+    }
+    for args, message in cases.items():
+        proc = run([sys.executable, "-m", "fl_patch", *args])
+        lines = proc.stderr.splitlines()
+        assert proc.returncode == 2 and len(lines) == 2, proc.stderr
+        assert lines[0].startswith("usage: python -m fl_patch ") and lines[1].startswith("python -m fl_patch: error: ")
+        assert message in lines[1] and "fl_patch: fl_patch" not in proc.stderr
+    if CONSOLE_SCRIPT.exists():
+        proc = run([str(CONSOLE_SCRIPT), "--bogus"])
+        assert proc.stderr.splitlines()[1].startswith("fl-patch: error: unknown option '--bogus'")
+
+
+def test_list_filters_suggest_and_stay_within_120_columns() -> None:
+    """--only by vendor, source, status and target; a value nothing has is an error naming the near miss."""
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from fl_patch.cli import main\n"
+        "def out(*args):\n"
+        "    so, se = io.StringIO(), io.StringIO()\n"
+        "    with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):\n"
+        "        status = main(list(args))\n"
+        "    return status, so.getvalue(), se.getvalue()\n"
+        "print('OUT' + json.dumps([\n"
+        "    out('--list'),\n"
+        "    out('--list', '--only', 'vendor=cpu', '--only', 'status=waiting', '--only', 'source=fl_patch.impls.cpu.*'),\n"
+        "    out('--list', '--only', 'target=clip_grads'),\n"
+        "    out('--list', '--only', 'vendor=cpuu'),\n"
+        "    out('--list', '--only', 'status=waitng'),\n"
+        "    out('--list', '--only', 'vendor=flaggems'),\n"
+        "]))\n"
+    )
+    proc = run([sys.executable, "-c", code], env=clean_env(FL_PATCH_DISABLE="clip_grads.clip_grad_by_total_norm_fp3"))
+    assert proc.returncode == 0, proc.stderr
+    every, cpu, clip, typo, status_typo, gems = tagged(proc.stdout, "OUT")
+    assert every[0] == 0 and max(len(line) for line in every[1].splitlines()) <= 120
+    total = int(every[1].splitlines()[-1].split()[0])
+    kept = int(cpu[1].splitlines()[-1].split()[0])
+    assert 0 < kept < total
+    assert all(
+        line.startswith("  * cpu  waiting  fl_patch.impls.cpu.")
+        for line in cpu[1].splitlines()[:-1]
+        if line.startswith("  ")
+    )
+    assert all("clip_grads" in line for line in clip[1].splitlines()[:-1] if not line.startswith("  "))
+    assert typo[0] == 2 and "no registration has vendor 'cpuu' (did you mean cpu?)" in typo[2]
+    assert status_typo[0] == 2 and "(did you mean waiting?)" in status_typo[2]
+    assert {line.split()[0] for line in gems[1].splitlines()[:-1] if line.startswith("  ")} == {"flaggems"}
+    # A --disable key no registration has: one warning with the near miss.
+    assert "names 'clip_grads.clip_grad_by_total_norm_fp3'" in every[2]
+    assert "did you mean 'clip_grads.clip_grad_by_total_norm_fp32'" in every[2]
+
+
+def test_version_names_torch_and_megatron_core_and_print_pythonpath_the_bootstrap() -> None:
+    from importlib.metadata import version
+
+    out = run([sys.executable, "-m", "fl_patch", "--version"]).stdout
+    assert f"torch {version('torch')}" in out and f"megatron-core {version('megatron-core')}" in out
+    path = run([sys.executable, "-m", "fl_patch", "--print-pythonpath"]).stdout.strip()
+    assert (Path(path) / "sitecustomize.py").is_file()
+    env = clean_env(
+        PYTHONPATH=f"{path}{os.pathsep}{SUPPORT / 'activation'}",
+        FL_PATCH_PACKS="none",
+        FL_PATCH_REGISTRY="act_plugin.registry",
+    )
+    assert tagged(run([sys.executable, PROBE], env=env).stdout, "ACT")["greet"] == "patched hello x!"
+
+
+def test_a_registry_that_fails_is_one_warning_at_the_users_line_or_with_a_pythonpath_hint(tmp_path: Path) -> None:
+    (tmp_path / "my_registry.py").write_text("from fl_patch import register\nimport vendor_sdk_not_installed\n")
+    env = clean_env(
+        FL_PATCH_PACKS="none", PYTHONPATH=f"{tmp_path}{os.pathsep}{SUPPORT / 'activation'}{os.pathsep}{REPO / 'src'}"
+    )
+    program = ["-c", "import act_target.mod"]
+    inside = run([sys.executable, "-m", "fl_patch", "--registry", "my_registry", *program], env=env)
+    (line,) = [line for line in inside.stderr.splitlines() if "FlPatchWarning" in line]
+    assert line.startswith(f"{tmp_path / 'my_registry.py'}:2: FlPatchWarning: ")  # the user's line, not ours
+    assert "No module named 'vendor_sdk_not_installed'" in line
+    missing = run([sys.executable, "-m", "fl_patch", "--registry", "my_registyr", *program], env=env)
+    (line,) = [line for line in missing.stderr.splitlines() if "FlPatchWarning" in line]
+    assert "registry module 'my_registyr' was not found" in line and "(did you mean my_registry?)" in line
+    assert "is its directory on PYTHONPATH?" in line and str(REPO / "src" / "fl_patch") not in missing.stderr
+
+
+def test_a_flagscale_tree_says_once_that_it_was_loaded() -> None:
+    tree = REPO / "examples" / "flagscale_plugin"
+    proc = run(
+        [sys.executable, "-m", "fl_patch", "--list"], env=clean_env(PYTHONPATH=f"{tree}{os.pathsep}{REPO / 'src'}")
+    )
+    said = [line for line in proc.stderr.splitlines() if "FlagScale plugin tree loaded" in line]
+    assert len(said) == 1 and str(tree / "megatron" / "plugin") in said[0], proc.stderr
+    quiet = run([sys.executable, "-m", "fl_patch", "--list"], env=clean_env())
+    assert "FlagScale plugin tree" not in quiet.stderr

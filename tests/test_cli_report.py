@@ -37,10 +37,11 @@ def test_report_at_exit_counts_calls_and_names_what_never_triggered(tmp_path: Pa
     report = proc.stderr[proc.stderr.index("fl_patch report") :]
     head, *lines = report.splitlines()
     assert "job.py): 2 applied, 1 never triggered, 0 problem(s), 1 applied but never called" in head
-    rows = {line.split()[1]: line.split() for line in lines if line.startswith("applied")}
-    assert rows["act_target.mod.greet"][4] == "3"  # status target chosen_vendor impl calls
-    assert rows["act_target.mod.Greeter.hello"][4] == "0"
+    rows = {line.split()[3]: line.split() for line in lines if line.startswith("applied")}
+    assert rows["act_target.mod.greet"][1] == "3"  # status calls chosen_vendor target
+    assert rows["act_target.mod.Greeter.hello"][1] == "0"
     assert "never triggered (their modules were not imported): act_target.unused.never" in report
+    assert max(len(line) for line in lines) <= 120, report
 
 
 def test_no_report_without_report_mode(tmp_path: Path) -> None:

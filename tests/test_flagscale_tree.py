@@ -102,9 +102,11 @@ def test_the_trees_own_register_reaches_fl_patch_and_its_registry_keeps_working(
     assert "Megatron-LM-FL Platform: cpu Selected" not in proc.stdout  # the tree's prints go to stderr
     # --report counted the one call through the patch (its wrapper's __wrapped__ is upstream's,
     # so the impl's call through __wrapped__ does not recurse).
-    (row,) = [line for line in proc.stderr.splitlines() if "megatron.plugin.optimizer.clip_grads" in line]
-    assert row.split()[:2] == ["applied", "megatron.core.optimizer.clip_grads.get_grad_norm_fp32"]
-    assert row.split()[4] == "1" and "RecursionError" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if "-> megatron.plugin.optimizer.clip_grads" in line]
+    row = lines[at - 1].split()  # status calls vendor target, the impl on the line below
+    assert row[0] == "applied" and row[3] == "megatron.core.optimizer.clip_grads.get_grad_norm_fp32"
+    assert row[1] == "1" and "RecursionError" not in proc.stderr
 
 
 def test_xpu_means_kunlunxin_through_the_trees_platform_and_key_form_and_wrapped_work(

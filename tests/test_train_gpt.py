@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,8 +61,15 @@ def test_fp16_with_recompute_trains_and_resumes_with_identical_loss(tmp_path: Pa
     common = ["--precision", "fp16", "--recompute", "--steps", "10", "--initial-loss-scale", str(2.0**21)]
     first, stderr = train(tmp_path, "first", *common, "--save", str(checkpoints), "--save-interval", "5")
 
-    # The progress bar: plain stderr text with the loss and the throughput.
+    # The progress bar: plain stderr text with the loss, the throughput, elapsed time and ETA.
     assert "step 10/10" in stderr and "tokens/s" in stderr and "loss " in stderr
+    last = [line for line in stderr.splitlines() if "step 10/10" in line][-1]
+    match = re.search(r"step 10/10  loss \d+\.\d{4}  ([\d,]+) tokens/s  \d+:\d\d elapsed, 0:00 left$", last)
+    assert match, last
+    # tokens/s is the run's mean (all steps' tokens / all steps' time), not the last step's own figure.
+    tokens = 4 * 2 * 64  # the default micro-batch size, micro-batches and sequence length
+    mean = 10 * tokens / sum(tokens / r["tokens_per_s"] for r in first)
+    assert float(match.group(1).replace(",", "")) == pytest.approx(mean, abs=1), (last, mean)
     assert UNVERIFIED not in stderr
     assert [r["step"] for r in first] == list(range(1, 11))
     # Overflowing steps are found and skipped: the LR schedule does not move on them, and the
@@ -110,3 +118,11 @@ def test_tensor_and_data_parallel_over_two_ranks_match_one_process(tmp_path: Pat
     )
     assert losses(bf16) == pytest.approx(losses(alone), rel=2e-2)
     assert losses(bf16)[-1] < losses(bf16)[0] - 0.3
+
+
+@pytest.mark.slow
+def test_a_single_step_run_works(tmp_path: Path) -> None:
+    """--steps 1 is shorter than the default warm-up (2): it trains, with no warm-up, instead of failing."""
+    run, stderr = train(tmp_path, "one", "--steps", "1")
+    assert [r["step"] for r in run] == [1] and run[0]["lr"] > 0
+    assert re.search(r"step 1/1  loss \d+\.\d{4}  [\d,]+ tokens/s  \d+:\d\d elapsed, 0:00 left", stderr), stderr[-2000:]

@@ -116,11 +116,15 @@ def register(
     )
 
 
-def original(target: str) -> object:
+def original(target: str) -> Any:
     """The upstream object behind ``target``, for an impl that calls through or wraps it.
 
     For a method this is the plain function (call it with ``self``); for a
-    staticmethod or classmethod, the function inside the descriptor.
+    staticmethod or classmethod, the function inside the descriptor. Typed ``Any``:
+    the object is whatever upstream defines (a function, a class to subclass), so that
+    ``original(T)(...)`` and ``class Mine(original(T))`` type-check in a plugin.
+    Works before the patch is installed, after, under ``--report`` and after
+    ``uninstall()`` alike; raises ``LookupError`` while the target's module is not imported.
     """
     return _process_state().engine.original(target)
 

@@ -2,69 +2,47 @@
 
 ::
 
-    python -m fl_patch [options] script.py [args...]
-    python -m fl_patch [options] -m package.module [args...]
-    python -m fl_patch [options] -c "code" [args...]
-    python -m fl_patch [options] --list [--json]
-    python -m fl_patch [options] --check [--json]
+    fl-patch [options] script.py [args...]      (or python -m fl_patch ...)
+    fl-patch [options] -m package.module [args...]
+    fl-patch [options] -c "code" [args...]
+    fl-patch [options] --list | --check [--json] [--only KEY=VALUE]
+    fl-patch --version | --print-pythonpath | --help
 
-(``fl-patch`` is the same command.) Options come before the program; everything
-after the script, ``-m module`` or ``-c code`` belongs to the program, untouched.
-Each option sets an environment variable of fl_patch, so every child process
-inherits it. See ``fl_patch.activation.launch`` for how the program is run.
+Options come before the program; everything after the script, ``-m module`` or
+``-c code`` belongs to the program, untouched. Each option sets an environment
+variable of fl_patch, so every child process inherits it. Options, variables and
+help text come from one table, ``fl_patch._options``; parsing is argparse's, on the
+words before the program (argparse cannot tell where a program's own arguments
+start: ``fl-patch --strict train.py --strict`` must leave the second ``--strict`` to
+the program, so the split is made first, with the same table). See
+``fl_patch.activation.launch`` for how the program is run.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import fnmatch
 import json
 import os
+import shutil
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
+from fl_patch._options import COMMANDS, OPTIONS, Option
+from fl_patch._suggest import did_you_mean
 from fl_patch.activation.settings import ENV
 
 if TYPE_CHECKING:
-    from fl_patch.introspection.check import Listed
+    from fl_patch.introspection.check import CheckReport, CheckResult, Listed
 
-__all__ = ["main"]
+__all__ = ["main", "parse"]
 
-USAGE = """\
-usage: python -m fl_patch [options] script.py [args...]
-       python -m fl_patch [options] -m module [args...]
-       python -m fl_patch [options] -c code [args...]
-       python -m fl_patch [options] --list | --check [--json]
-
-Run a Python program with fl_patch's import-time patches active in it and in every
-Python process it starts (torchrun workers, multiprocessing children, subprocesses).
-
-options (each sets the environment variable shown, which children inherit):
-  --vendor V[,V...]     vendor priority, e.g. musa or flaggems,cuda      MG_FL_PREFER
-  --registry MOD        registry module to import (repeatable)          FL_PATCH_REGISTRY
-  --packs P[,P]|all|none  shipped packs to enable (default: all)        FL_PATCH_PACKS
-  --disable T[,T]       targets or method keys not to patch (repeatable) FL_PATCH_DISABLE
-  --strict              any patch problem is an error                   FL_PATCH_STRICT=1
-  --report              report at exit: applied, calls, never triggered FL_PATCH_REPORT=1
-  --report-file PATH    append that report as JSON lines to PATH        FL_PATCH_REPORT_FILE
-  --no-entry-points     ignore installed fl_patch.registries entry points FL_PATCH_ENTRY_POINTS=0
-  --no-flagscale        ignore a FlagScale plugin tree                  FL_PATCH_FLAGSCALE=0
-  --no-cuda-on-cpu      no CUDA-on-CPU transfer on a machine without GPU FL_PATCH_CUDA_ON_CPU=0
-  --no-child-warnings   do not watch for children fl_patch cannot reach  FL_PATCH_CHILDREN=0
-  --in-process          run the program in this interpreter (runpy), not a fresh one
-
-commands:
-  --list                every registration: target, method key, vendors, chosen vendor, impl, status
-                        (imports no megatron module)
-  --check               import every target module and impl; check each impl can stand in for its
-                        target in the installed Megatron; exit status 1 on any problem
-  --check --against V|WHEEL|TREE  (repeatable) the same verdicts, statically, against a megatron-core
-                        that is not installed: a version (wheel fetched into a cache; --offline:
-                        cache only), a wheel, or a source tree; two --against also print the diff
-  --json                --list / --check output as JSON
-  --version, -h/--help
-"""
+# The widest any output of this command gets (a terminal may be narrower: help wraps to it).
+MAX_WIDTH = 120
+FILTER_KEYS = ("vendor", "source", "status", "target")
 
 
 class UsageError(Exception):
@@ -75,10 +53,71 @@ class UsageError(Exception):
 class Options:
     env: dict[str, str] = field(default_factory=dict)
     append: dict[str, list[str]] = field(default_factory=dict)
-    command: str | None = None  # "list", "check", "help", "version"
+    command: str | None = None  # "list", "check", "help", "version", "print-pythonpath"
     json: bool = False
     in_process: bool = False
+    only: list[tuple[str, str]] = field(default_factory=list)  # --list/--check filters
+    against: list[str] = field(default_factory=list)  # --check --against: megatron-cores not installed
+    offline: bool = False
     program: list[str] = field(default_factory=list)
+
+
+def prog_name(argv0: str | None = None) -> str:
+    """The command as the user typed it: ``fl-patch``, or ``python -m fl_patch``."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    base = os.path.basename(argv0)
+    if base in ("__main__.py", "-m", "") or base.startswith("-"):
+        return "python -m fl_patch"
+    return base
+
+
+def _usage(prog: str) -> str:
+    return f"usage: {prog} [options] (script.py | -m module | -c code) [args...] | --list | --check | --help"
+
+
+# ------------------------------------------------------------------------------------ parsing
+def _rows() -> list[Option]:
+    return [row for row in (*OPTIONS, *COMMANDS) if row.flags]
+
+
+def _by_flag() -> dict[str, Option]:
+    return {flag: row for row in _rows() for flag in row.flags}
+
+
+def split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``argv`` cut into fl_patch's options and the program (with its arguments, untouched)."""
+    rows = _by_flag()
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return list(argv[:i]), list(argv[i + 1 :])
+        if word in ("-m", "-c"):
+            if i + 1 >= len(argv):
+                raise UsageError(f"{word} needs an argument")
+            return list(argv[:i]), list(argv[i:])
+        if word.startswith(("-m", "-c")) and not word.startswith("--"):  # -mpkg.mod, as python accepts
+            return list(argv[:i]), [word[:2], word[2:], *argv[i + 1 :]]
+        if not word.startswith("-") or word == "-":
+            return list(argv[:i]), list(argv[i:])
+        name, eq, _ = word.partition("=")
+        row = rows.get(name)
+        if row is None:
+            hint = did_you_mean(name, rows, cutoff=0.7) or " (options go before the program; see --help)"
+            raise UsageError(f"unknown option {word!r}{hint}")
+        if row.takes_value and not eq:
+            if i + 1 >= len(argv):
+                raise UsageError(f"{name} needs a value")
+            i += 1
+        elif eq and not row.takes_value:
+            raise UsageError(f"{name} takes no value")
+        i += 1
+    return list(argv), []
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
 
 
 def _check_vendors(value: str) -> str:
@@ -87,138 +126,81 @@ def _check_vendors(value: str) -> str:
     try:
         return ",".join(parse_vendor(v) for v in value.split(",") if v.strip())
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("fl_patch: ")) from None
 
 
 def _check_names(value: str) -> str:
     for name in (v.strip() for v in value.split(",")):
         if not name or not all(part.isidentifier() for part in name.split(".")):
-            raise UsageError(f"not a dotted module name: {name!r}")
+            raise argparse.ArgumentTypeError(f"not a dotted module name: {name!r}")
     return value
 
 
-def _set(variable: str, convert: Callable[[str], str] = str) -> Callable[[Options, str], None]:
-    def apply(options: Options, value: str) -> None:
-        options.env[variable] = convert(value)
-
-    return apply
-
-
-def _add(variable: str, convert: Callable[[str], str] = str) -> Callable[[Options, str], None]:
-    def apply(options: Options, value: str) -> None:
-        options.append.setdefault(variable, []).append(convert(value))
-
-    return apply
+def _check_filter(value: str) -> tuple[str, str]:
+    key, eq, wanted = value.partition("=")
+    key = key.strip().lower()
+    if not eq or key not in FILTER_KEYS:
+        hint = did_you_mean(key, FILTER_KEYS) if eq else ""
+        raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE with KEY one of {', '.join(FILTER_KEYS)}{hint}")
+    return key, wanted.strip()
 
 
-def _report_file(options: Options, value: str) -> None:
-    options.env[ENV.REPORT_FILE] = os.path.abspath(value)  # children may chdir
+_TYPES = {ENV.PREFER: _check_vendors, ENV.REGISTRY: _check_names, ENV.TRIGGERS: _check_names}
 
 
-def _command(name: str) -> Callable[[Options], None]:
-    def apply(options: Options) -> None:
-        if options.command not in (None, name):
-            raise UsageError(f"--{name} cannot be combined with --{options.command}")
-        options.command = name
-
-    return apply
-
-
-_WITH_VALUE: dict[str, Callable[[Options, str], None]] = {
-    "--vendor": _set(ENV.PREFER, _check_vendors),
-    "--registry": _add(ENV.REGISTRY, _check_names),
-    "--packs": _set(ENV.PACKS),
-    "--disable": _add(ENV.DISABLE),
-    "--report-file": _report_file,
-}
-_FLAGS: dict[str, Callable[[Options], None]] = {
-    "--strict": lambda o: o.env.__setitem__(ENV.STRICT, "1"),
-    "--report": lambda o: o.env.__setitem__(ENV.REPORT, "1"),
-    "--no-entry-points": lambda o: o.env.__setitem__(ENV.ENTRY_POINTS, "0"),
-    "--no-flagscale": lambda o: o.env.__setitem__(ENV.FLAGSCALE, "0"),
-    "--no-cuda-on-cpu": lambda o: o.env.__setitem__(ENV.CUDA_ON_CPU, "0"),
-    "--no-child-warnings": lambda o: o.env.__setitem__(ENV.CHILDREN, "0"),
-    "--in-process": lambda o: setattr(o, "in_process", True),
-    "--json": lambda o: setattr(o, "json", True),
-    "--list": _command("list"),
-    "--check": _command("check"),
-    "--version": _command("version"),
-    "--help": _command("help"),
-    "-h": _command("help"),
-}
-
-
-def parse(argv: Sequence[str]) -> Options:
-    """Options up to the program; the program's own arguments are never looked at."""
-    options = Options()
-    i = 0
-    while i < len(argv):
-        word = argv[i]
-        if word == "--":
-            options.program = list(argv[i + 1 :])
-            break
-        if word in ("-m", "-c"):
-            if i + 1 >= len(argv):
-                raise UsageError(f"{word} needs an argument")
-            options.program = list(argv[i:])
-            break
-        if word.startswith("-m") or word.startswith("-c"):  # -mpkg.mod, as python accepts
-            options.program = [word[:2], word[2:], *argv[i + 1 :]]
-            break
-        if not word.startswith("-") or word == "-":
-            options.program = list(argv[i:])
-            break
-        name, eq, value = word.partition("=")
-        if name in _WITH_VALUE:
-            if not eq:
-                if i + 1 >= len(argv):
-                    raise UsageError(f"{name} needs a value")
-                i += 1
-                value = argv[i]
-            _WITH_VALUE[name](options, value)
-        elif word in _FLAGS:
-            _FLAGS[word](options)
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    """The parser for the words before the program, built from ``fl_patch._options``."""
+    parser = _Parser(prog=prog, add_help=False, allow_abbrev=False)
+    for row in OPTIONS:
+        if not row.flags:
+            continue
+        if row.kind == "local":
+            parser.add_argument(*row.flags, dest=row.flags[0][2:].replace("-", "_"), action="store_true")
+        elif row.kind == "switch":
+            parser.add_argument(*row.flags, dest=row.variable, action="store_const", const=row.value)
         else:
-            raise UsageError(f"unknown option {word!r} (options go before the program; see --help)")
-        i += 1
+            action = "append" if row.kind == "append" else "store"
+            parser.add_argument(*row.flags, dest=row.variable, action=action, type=_TYPES.get(row.variable or "", str))
+    commands = parser.add_mutually_exclusive_group()
+    for row in COMMANDS:
+        if row.kind == "command":
+            name = row.flags[-1][2:]
+            commands.add_argument(*row.flags, dest="command", action="store_const", const=name)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--only", action="append", type=_check_filter, default=[])
+    parser.add_argument("--against", action="append", default=[])
+    parser.add_argument("--offline", action="store_true")
+    return parser
+
+
+def parse(argv: Sequence[str], prog: str | None = None) -> Options:
+    """Options up to the program; the program's own arguments are never looked at."""
+    words, program = split(argv)
+    namespace = build_parser(prog or prog_name()).parse_args(words)
+    options = Options(program=program, command=namespace.command, json=namespace.json, only=namespace.only)
+    options.in_process = namespace.in_process
+    options.against, options.offline = namespace.against, namespace.offline
+    if (options.against or options.offline) and options.command != "check":
+        raise UsageError(f"--{'against' if options.against else 'offline'} goes with --check")
+    for row in OPTIONS:
+        value = getattr(namespace, row.variable, None) if row.variable and row.flags else None
+        if value is None:
+            continue
+        if row.kind == "append":
+            options.append[row.variable] = list(value)  # type: ignore[index]
+        elif row.variable == ENV.REPORT_FILE:
+            options.env[row.variable] = os.path.abspath(value)  # children may chdir
+        else:
+            options.env[row.variable] = value  # type: ignore[index]
     if options.command in ("list", "check") and options.program:
         raise UsageError(f"--{options.command} takes no program")
+    if options.command is not None and options.command not in ("list", "check") and options.program:
+        raise UsageError(f"--{options.command} takes no program")
+    if (options.only or options.json) and options.command not in ("list", "check"):
+        raise UsageError(f"--{'only' if options.only else 'json'} goes with --list or --check")
     if options.command is None and not options.program:
         raise UsageError("no program to run")
     return options
-
-
-def _take_drift_args(args: Sequence[str]) -> tuple[list[str], bool, list[str]]:
-    """``--against X`` (repeatable) and ``--offline`` among fl_patch's own options: (sources, offline, the rest).
-
-    Only words before the program count (a program's own ``--against`` is its business).
-    """
-    against: list[str] = []
-    offline = False
-    rest: list[str] = []
-    i = 0
-    while i < len(args):
-        word = args[i]
-        if not word.startswith("-") or word in ("-m", "-c", "--", "-") or word.startswith(("-m", "-c")):
-            rest.extend(args[i:])
-            break
-        name, eq, value = word.partition("=")
-        if name == "--against":
-            if not eq:
-                if i + 1 >= len(args):
-                    raise UsageError("--against needs a megatron-core version, a wheel or a source tree")
-                i += 1
-                value = args[i]
-            against.append(value)
-        elif word == "--offline":
-            offline = True
-        else:
-            rest.append(word)
-            if name in _WITH_VALUE and not eq and i + 1 < len(args):
-                i += 1
-                rest.append(args[i])
-        i += 1
-    return against, offline, rest
 
 
 def _apply_environment(options: Options) -> None:
@@ -229,36 +211,144 @@ def _apply_environment(options: Options) -> None:
         os.environ[variable] = ",".join(dict.fromkeys(existing + added))
 
 
+# --------------------------------------------------------------------------------------- help
+def _width() -> int:
+    return max(60, min(MAX_WIDTH, shutil.get_terminal_size((100, 24)).columns))
+
+
+# Where the help's second column starts, in every section alike.
+_HELP_COLUMN = 28
+
+
+def _rows_text(pairs: list[tuple[str, str]], width: int) -> list[str]:
+    """Two aligned columns; the second wraps under itself, never past ``width``."""
+    import textwrap
+
+    left = _HELP_COLUMN
+    lines = []
+    for a, b in pairs:
+        wrapped = textwrap.wrap(b, max(20, width - left), break_on_hyphens=False) or [""]
+        if len(a) + 4 > left:
+            lines.append(f"  {a}")
+            lines += [" " * left + w for w in wrapped]
+        else:
+            lines.append(f"  {a:<{left - 2}}{wrapped[0]}")
+            lines += [" " * left + w for w in wrapped[1:]]
+    return lines
+
+
+def _label(row: Option) -> str:
+    flags = ", ".join(row.flags)
+    return f"{flags} {row.metavar}" if row.metavar else flags
+
+
+def help_text(prog: str, width: int | None = None) -> str:
+    width = width or _width()
+    out = [
+        _usage(prog),
+        "",
+        "Run a Python program with fl_patch's import-time patches active in it and in every Python process",
+        "it starts (torchrun workers, multiprocessing children, subprocesses).",
+        "",
+        "options (each sets the environment variable in brackets, which children inherit):",
+    ]
+    pairs = []
+    for row in OPTIONS:
+        if row.flags:
+            pairs.append((_label(row), row.help + (f" [{row.setting}]" if row.setting else "")))
+    out += _rows_text(pairs, width)
+    out += ["", "commands (instead of a program):"]
+    out += _rows_text([(_label(row), row.help) for row in COMMANDS], width)
+    out += ["", "environment variables (set them instead of the options, e.g. for torchrun):"]
+    out += _rows_text(
+        [(row.setting, row.help + (f" [{row.flags[0]}]" if row.flags else "")) for row in OPTIONS if row.variable],
+        width,
+    )
+    out += [
+        "",
+        f"Without the launcher: PYTHONPATH=$({prog} --print-pythonpath) torchrun ... activates fl_patch the same way.",
+    ]
+    return "\n".join(line.rstrip() for line in out) + "\n"
+
+
+# --------------------------------------------------------------------------------------- main
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m fl_patch`` and ``fl-patch``; returns the exit status."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    prog = prog_name()
     try:
-        against, offline, args = _take_drift_args(args)
-        options = parse(args)
-        if against and options.command != "check":
-            raise UsageError("--against goes with --check")
+        options = parse(sys.argv[1:] if argv is None else argv, prog)
     except UsageError as exc:
-        sys.stderr.write(f"fl_patch: {exc}\n\n{USAGE}")
+        sys.stderr.write(f"{_usage(prog)}\n{prog}: error: {exc}\n")
         return 2
     if options.command == "help":
-        sys.stdout.write(USAGE)
+        sys.stdout.write(help_text(prog))
         return 0
     if options.command == "version":
-        from fl_patch import __version__
+        sys.stdout.write(version_text())
+        return 0
+    if options.command == "print-pythonpath":
+        from fl_patch.activation.children import PACKAGE_BOOTSTRAP
 
-        sys.stdout.write(f"fl_patch {__version__}\n")
+        sys.stdout.write(os.path.realpath(PACKAGE_BOOTSTRAP) + "\n")
         return 0
     _apply_environment(options)
-    if against:
+    if options.against:
         from fl_patch.introspection.drift import run as drift_run  # --check --against: static, imports no megatron
 
-        return drift_run(against, as_json=options.json, offline=offline)
+        return drift_run(options.against, as_json=options.json, offline=options.offline)
+    _warn_near_miss_vendors(options.env.get(ENV.PREFER, ""))
     if options.command in ("list", "check"):
         with _stdout_for_json_only(options.json) as out:
-            return _list(options.json, out) if options.command == "list" else _check(options.json, out)
+            try:
+                if options.command == "list":
+                    return _list(options, out)
+                return _check(options, out)
+            except UsageError as exc:
+                sys.stderr.write(f"{_usage(prog)}\n{prog}: error: {exc}\n")
+                return 2
     from fl_patch.activation.launch import exec_program
 
     return exec_program(options.program, in_process=options.in_process)
+
+
+def _distribution_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def version_text() -> str:
+    """What a bug report needs: which fl_patch (and from where), Python, torch, megatron-core.
+
+    Read from the installed distributions' metadata: importing torch would take seconds.
+    """
+    from fl_patch import __file__ as package_file
+    from fl_patch import __version__
+
+    megatron = _distribution_version("megatron-core")
+    lines = [
+        f"fl_patch {__version__} ({os.path.dirname(os.path.abspath(package_file))})",
+        f"python {sys.version.split()[0]} ({sys.executable})",
+        f"torch {_distribution_version('torch') or 'not installed'}",
+        f"megatron-core {megatron or 'not installed (pip install megatron-core; on Python 3.11 add --ignore-requires-python)'}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# Vendors fl_patch or FlagScale name by themselves; a --vendor close to one of these but not
+# one of them is most likely a typo (a plugin may bring any other name: only a warning).
+_KNOWN_VENDORS = ("cpu", "cuda", "npu", "musa", "mlu", "xpu", "kunlunxin", "metax", "iluvatar", "flaggems", "default")
+
+
+def _warn_near_miss_vendors(prefer: str) -> None:
+    for vendor in (v.strip() for v in prefer.split(",") if v.strip()):
+        if vendor not in _KNOWN_VENDORS:
+            hint = did_you_mean(vendor, _KNOWN_VENDORS, cutoff=0.75)
+            if hint:
+                sys.stderr.write(f"fl_patch: --vendor {vendor!r} is not a vendor fl_patch knows{hint}\n")
 
 
 @contextlib.contextmanager
@@ -287,22 +377,58 @@ def _stdout_for_json_only(as_json: bool) -> Iterator[TextIO]:
         answer.close()
 
 
-def _list(as_json: bool, out: TextIO) -> int:
+# ------------------------------------------------------------------------------------ filters
+def _matches(pattern: str, value: str | None) -> bool:
+    value = value or ""
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(value.lower(), pattern.lower())
+    return value.lower() == pattern.lower()
+
+
+def apply_filters(entries: list, only: list[tuple[str, str]], status_of: str = "status") -> list:
+    """Entries of ``--list``/``--check`` that match every ``--only``; a value nothing has is a usage error.
+
+    vendor, source and status compare whole values (``*`` globs); target also matches a part of
+    the dotted path (``--only target=clip_grads``).
+    """
+    for key, wanted in only:
+        attribute = status_of if key == "status" else key
+        present = sorted({str(getattr(e, attribute)) for e in entries})
+        if key == "target" and not any(c in wanted for c in "*?["):
+            kept = [e for e in entries if wanted.lower() in e.target.lower()]
+        else:
+            kept = [e for e in entries if _matches(wanted, str(getattr(e, attribute)))]
+        if not kept and entries:
+            hint = did_you_mean(wanted, present) if key != "target" else ""
+            shown = ", ".join(present) if len(present) <= 12 else ", ".join(present[:12]) + ", ..."
+            raise UsageError(f"no registration has {key} {wanted!r}{hint}; here: {shown}")
+        entries = kept
+    return entries
+
+
+# --------------------------------------------------------------------------------------- list
+def _list(options: Options, out: TextIO) -> int:
     from fl_patch.introspection.check import list_registrations
 
     listed = list_registrations()
-    if as_json:
+    listed = apply_filters(listed, options.only)
+    if options.json:
         out.write(json.dumps({"registrations": [entry.as_dict() for entry in listed]}, indent=2) + "\n")
         return 0
     out.write(_listing(listed))
     return 0
 
 
+def _clip(line: str, width: int = MAX_WIDTH) -> str:
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
 def _listing(listed: list[Listed]) -> str:
     """Each target on a line of its own, then one indented line per vendor registered for it.
 
     Targets and impls are long dotted paths: one row per registration with every field
-    made lines of 300 columns. ``*`` marks the vendor that runs (or would run) here.
+    made lines of 300 columns. ``*`` marks the vendor that runs (or would run) here. An impl
+    in the target's own package is shown from the first name that differs.
     """
     vendor_width = max((len(e.vendor) for e in listed), default=0)
     status_width = max((len(e.status) for e in listed), default=0)
@@ -315,59 +441,79 @@ def _listing(listed: list[Listed]) -> str:
         mark = "*" if e.vendor == e.chosen_vendor else " "
         source = "" if e.source.startswith("fl_patch.impls.") else f"  (from {e.source})"  # a pack's is its impl's
         gate = f"  [requires {e.requires}]" if e.requires else ""  # a version gate (register(requires=))
-        lines.append(f"  {mark} {e.vendor:<{vendor_width}}  {e.status:<{status_width}}  {e.impl}{source}{gate}")
+        lines.append(_clip(f"  {mark} {e.vendor:<{vendor_width}}  {e.status:<{status_width}}  {e.impl}{source}{gate}"))
     targets = len({e.target for e in listed})
     lines.append(f"{len(listed)} registration(s) for {targets} target(s); * marks the vendor chosen on this machine")
     return "\n".join(lines) + "\n"
 
 
-def _check(as_json: bool, out: TextIO) -> int:
-    from fl_patch.core.records import format_table
+# -------------------------------------------------------------------------------------- check
+def _check(options: Options, out: TextIO) -> int:
     from fl_patch.introspection.check import check
 
     report = check()
-    if as_json:
+    report.results = apply_filters(report.results, options.only, status_of="level")
+    if options.json:
         out.write(json.dumps(report.as_dict(), indent=2) + "\n")
         return 1 if report.failed else 0
-    out.write(f"megatron-core {report.megatron_core or 'not installed'}; vendors here: {', '.join(report.vendors)}\n")
-    rows = [
-        _CheckRow(
-            level=r.level,
-            target=r.target,
-            vendor=r.vendor + (" (chosen)" if r.vendor == r.chosen_vendor else ""),
-            kind=r.kind or "-",
-            target_found="yes" if r.target_found else "NO",
-            impl_loads="yes" if r.impl_loaded else ("skipped" if r.skipped else "NO"),
-            signature=r.signature,
-        )
-        for r in report.results
-    ]
-    columns = ("level", "target", "vendor", "kind", "target_found", "impl_loads", "signature")
-    out.write(format_table(rows, columns) + "\n")  # type: ignore[arg-type]
-    for r in report.results:
-        notes = [f"{f.level}: {f.message}" for f in r.findings] + ([f"skipped: {r.skipped}"] if r.skipped else [])
-        notes += [r.not_for_version] if r.not_for_version else []
-        if notes:
-            out.write(f"\n{r.target} [{r.vendor}] -> {r.impl}\n")
-            out.writelines(f"  {note}\n" for note in notes)
-    for problem in report.source_problems:
-        out.write(f"\nerror: {problem}\n")
-    for message in report.messages:
-        out.write(f"\nwarning: {message}\n")
-    if report.activation is not None:
-        state = "ok" if report.activation.get("ok") else "error"
-        out.write(f"\nactivation: {state}: {report.activation.get('detail')}\n")
-    errors = sum(r.level == "error" for r in report.results) + len(report.source_problems)
-    out.write(f"\n{len(report.results)} registration(s) checked: {errors} error(s)\n")
+    out.write(check_text(report, every_row=bool(options.only)))
     return 1 if report.failed else 0
 
 
-@dataclass
-class _CheckRow:
-    level: str
-    target: str
-    vendor: str
-    kind: str
-    target_found: str
-    impl_loads: str
-    signature: str
+def check_text(report: CheckReport, *, every_row: bool = False) -> str:
+    """``--check`` as text: a head line, the registrations with a finding, causes shared by many, a summary.
+
+    Rows that are ok are counted, not listed, unless ``every_row`` (``--only`` was given: the
+    rows asked for). A cause shared by many registrations (megatron-core not installed: every
+    megatron target and every impl that imports megatron) is said once, with the count and the
+    first few targets, not once per row.
+    """
+    lines = [f"megatron-core {report.megatron_core or 'not installed'}; vendors here: {', '.join(report.vendors)}"]
+    notes_of = {id(r): _notes(r) for r in report.results}
+    count: dict[str, list[CheckResult]] = {}
+    for r in report.results:
+        for note in dict.fromkeys(notes_of[id(r)]):
+            count.setdefault(note, []).append(r)
+    shared = {note for note, rs in count.items() if len(rs) >= 3}
+    shown = [r for r in report.results if every_row or any(note not in shared for note in notes_of[id(r)])]
+    level_width = max((len(r.level) for r in shown), default=0)
+    vendor_width = max((len(r.vendor) for r in shown), default=0)
+    previous = None
+    for r in shown:
+        if r.target != previous:
+            lines.append(_clip(r.target))
+            previous = r.target
+        mark = "*" if r.vendor == r.chosen_vendor else " "
+        found = "target found" if r.target_found else "TARGET MISSING"
+        loads = "impl loads" if r.impl_loaded else ("impl skipped" if r.skipped else "IMPL FAILS")
+        row = f"  {mark} {r.vendor:<{vendor_width}}  {r.level:<{level_width}}  {r.kind or '-'}, {found}, {loads}"
+        lines.append(_clip(f"{row}, signature {r.signature}"))
+        lines.append(_clip(f"      impl {r.impl}"))
+        lines += [_clip(f"      {note}") for note in notes_of[id(r)] if note not in shared]
+    for note in sorted(shared, key=lambda n: -len(count[n])):
+        targets = sorted({r.target for r in count[note]})
+        lines += [
+            "",
+            _clip(note),
+            _clip(f"  (the same for {len(count[note])} registrations: {', '.join(targets[:3])}, ...)"),
+        ]
+    for problem in report.source_problems:
+        lines += ["", f"error: {problem}"]
+    for message in report.messages:
+        lines += ["", f"warning: {message}"]
+    if report.activation is not None:
+        state = "ok" if report.activation.get("ok") else "error"
+        lines += ["", f"activation: {state}: {report.activation.get('detail')}"]
+    errors = sum(r.level == "error" for r in report.results) + len(report.source_problems)
+    ok = sum(r.level == "ok" and not notes_of[id(r)] for r in report.results)
+    listed = "" if every_row else f"; {ok} ok, not listed (--only status=ok)"
+    lines += [
+        "",
+        f"{len(report.results)} registration(s) checked: {errors} error(s){listed}; * = the vendor chosen here",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _notes(r: CheckResult) -> list[str]:
+    notes = [f"{f.level}: {f.message}" for f in r.findings] + ([f"skipped: {r.skipped}"] if r.skipped else [])
+    return notes + ([r.not_for_version] if r.not_for_version else [])

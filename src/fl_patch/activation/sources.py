@@ -52,8 +52,66 @@ def import_source(module_name: str, what: str, registry: Registry, problems: Pro
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001  (a broken registry, even one that calls sys.exit, must not end the run)
-        problems.problem(f"fl_patch: {what} {module_name!r} failed to import: {type(exc).__name__}: {exc}")
+        if _is_itself_missing(exc, module_name):
+            # Nothing of the user's ran: no line of theirs to point at; say where Python looked.
+            problems.problem(
+                f"fl_patch: {what} {module_name!r} was not found: {exc}{_near_miss(module_name)}; "
+                "is its directory on PYTHONPATH? (--registry and FL_PATCH_REGISTRY name a module, "
+                "imported from sys.path, not a file)",
+                where=(f"<{what} {module_name}>", 0),
+            )
+        else:
+            problems.problem(
+                f"fl_patch: {what} {module_name!r} failed to import: {type(exc).__name__}: {exc}",
+                where=_users_line(exc),
+            )
         return None
+
+
+def _is_itself_missing(exc: BaseException, module_name: str) -> bool:
+    """The registry module (or a package above it) does not exist, as opposed to failing inside."""
+    name = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    return bool(name) and (module_name == name or module_name.startswith(f"{name}."))
+
+
+def _near_miss(module_name: str) -> str:
+    """A top-level module on sys.path whose name is close to the missing one (only looked for on failure)."""
+    import pkgutil
+    import sys
+
+    from fl_patch._suggest import did_you_mean
+
+    top = module_name.split(".", maxsplit=1)[0]
+    if top in sys.modules:
+        return ""
+    try:
+        names = {m.name for m in pkgutil.iter_modules()}
+    except Exception:  # noqa: BLE001  (an unreadable sys.path entry: no suggestion, the warning stands)
+        return ""
+    return did_you_mean(top, names, cutoff=0.8)
+
+
+def _users_line(exc: BaseException) -> tuple[str, int] | None:
+    """(file, line) of the innermost frame outside importlib and fl_patch: the user's line that failed."""
+    import os
+
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        return exc.filename, exc.lineno  # the line that does not parse, which no frame runs
+    skipped = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (importlib, _fl_patch_package()))
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith("<frozen") and not os.path.abspath(filename).startswith(skipped):
+            found = (filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return found
+
+
+def _fl_patch_package() -> types.ModuleType:
+    import sys
+
+    return sys.modules[__name__.partition(".")[0]]  # the whole fl_patch package: none of its frames is the user's
 
 
 def load_packs(names: tuple[str, ...] | None, registry: Registry, problems: ProblemSink) -> list[str]:

@@ -139,8 +139,28 @@ def load_tree(registry: Registry, problems: ProblemSink, engine: Engine, *, hook
         with contextlib.suppress(Exception):
             with registry.atomically():
                 importlib.reload(sys.modules[REGISTRY_MODULE])
+        _say_loaded(tree, registry)
         return REGISTRY_MODULE
-    return REGISTRY_MODULE if import_source(REGISTRY_MODULE, "FlagScale registry", registry, problems) else None
+    if import_source(REGISTRY_MODULE, "FlagScale registry", registry, problems) is None:
+        return None
+    _say_loaded(tree, registry)
+    return REGISTRY_MODULE
+
+
+def _say_loaded(tree: Tree, registry: Registry) -> None:
+    """One line on stderr, on rank 0, that the tree's registrations are in: a tree on PYTHONPATH
+    changes what runs, and nothing else would show it had been picked up (or which copy was)."""
+    import multiprocessing
+
+    child = multiprocessing.parent_process() is not None
+    if os.environ.get("RANK", "0") != "0" or child:
+        return
+    count = sum(1 for r in registry.registrations() if r.source.startswith("megatron.plugin"))
+    where = tree.plugin_dirs[0] if tree.plugin_dirs else "?"
+    sys.stderr.write(
+        f"fl_patch: FlagScale plugin tree loaded from {where} ({count} registration(s); "
+        "--no-flagscale or FL_PATCH_FLAGSCALE=0 ignores it)\n"
+    )
 
 
 def _load_and_take_over(spec: importlib.machinery.ModuleSpec) -> None:

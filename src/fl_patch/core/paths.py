@@ -78,7 +78,7 @@ def parse_vendor(vendor: object) -> str:
 def method_key(target: str) -> str:
     """FlagScale's internal key for ``target``.
 
-    The seed's two rules give the same shape: a module-level function or class is
+    FlagScale's two rules give the same shape: a module-level function or class is
     ``<module basename>.<name>`` and a method (second-to-last segment capitalised, so a
     class) is ``<ClassName>.<method>``; both are the last two segments.
 
@@ -92,6 +92,6 @@ def method_key(target: str) -> str:
 
 
 def is_method_target(target: str) -> bool:
-    """The seed's rule for telling a method target: the segment before the last is a class."""
+    """FlagScale's rule for telling a method target: the segment before the last is a class."""
     parts = parse_target(target)
     return parts[-2][:1].isupper()

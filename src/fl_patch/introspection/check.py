@@ -321,19 +321,24 @@ def check_activation() -> dict[str, object]:
 def _import_owner(target: str) -> _Owner:
     parts = tuple(target.split("."))
     module = None
+    absent = None  # the outermost module found missing: megatron when megatron-core is not installed
     for end in range(len(parts) - 1, 0, -1):
         name = ".".join(parts[:end])
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
             if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+                absent = exc.name
                 continue
             return _Owner(error=_import_failure(name, exc))
         except Exception as exc:  # noqa: BLE001  (an upstream module that breaks is the finding)
             return _Owner(error=_import_failure(name, exc))
         break
     if module is None:
-        return _Owner(error=f"no module of {target} is installed")
+        # Named by the missing module, not the target: one cause (megatron-core absent), one text
+        # for every target it takes, which ``--check`` then says once with the count.
+        hint = " (megatron-core is not installed in this Python)" if absent == "megatron" else ""
+        return _Owner(error=f"no module named {absent or parts[0]!r}{hint}")
     attr_path = owned_path(module, parts)
     if attr_path is not None:
         return _Owner(module=module, attr_path=attr_path)

@@ -42,13 +42,14 @@ import itertools
 import json
 import os
 import sys
+import textwrap
 import threading
 import types
 from collections.abc import Callable
 from dataclasses import replace
 
 from fl_patch.activation.runtime import RUNTIME
-from fl_patch.core.records import PatchRecord, Status, format_table
+from fl_patch.core.records import PatchRecord, Status
 
 __all__ = ["CallCounts", "counted_records", "enable", "format_report", "make_counter", "redact_argv"]
 
@@ -180,11 +181,44 @@ def format_report(records: list[PatchRecord]) -> str:
         return f"fl_patch report ({_process_label()}): no registered target was imported in this process"
     if not applied and not problems:
         return head + " (no registered target was imported in this process)"
-    columns = ("status", "target", "chosen_vendor", "impl", "calls", "detail")
-    lines = [head, format_table(applied + problems, columns)]
+    lines = [head, *_rows(applied + problems)]
     if waiting:
-        lines.append("never triggered (their modules were not imported): " + ", ".join(r.target for r in waiting))
+        lines += textwrap.wrap(
+            "never triggered (their modules were not imported): " + ", ".join(r.target for r in waiting),
+            REPORT_WIDTH,
+            subsequent_indent="  ",
+            break_on_hyphens=False,
+        )
     return "\n".join(lines)
+
+
+# A report is read in a terminal or a CI log: no line wider than this (a dotted path may be, alone).
+REPORT_WIDTH = 120
+
+
+def _rows(records: list[PatchRecord]) -> list[str]:
+    """One line per record (status, calls, vendor, target), the impl and the detail indented under it.
+
+    A table with a column each for target, impl and detail ran past 200 columns.
+    """
+    if not records:
+        return []
+    status_width = max(len("status"), *(len(r.status.value) for r in records))
+    calls_width = max(len("calls"), *(len(_calls(r)) for r in records))
+    vendor_width = max(len("vendor"), *(len(r.chosen_vendor or "-") for r in records))
+    lines = [f"{'status':<{status_width}}  {'calls':>{calls_width}}  {'vendor':<{vendor_width}}  target / impl"]
+    for r in records:
+        lines.append(
+            f"{r.status.value:<{status_width}}  {_calls(r):>{calls_width}}  {r.chosen_vendor or '-':<{vendor_width}}  {r.target}"
+        )
+        indent = " " * (status_width + calls_width + vendor_width + 6)
+        under = f"{indent}-> {r.impl}" + (f"  ({r.detail})" if r.detail else "")
+        lines += textwrap.wrap(under, REPORT_WIDTH, subsequent_indent=indent + "   ", break_on_hyphens=False) or [under]
+    return lines
+
+
+def _calls(record: PatchRecord) -> str:
+    return "-" if record.calls is None else str(record.calls)
 
 
 def _report_at_exit() -> None:
