@@ -109,6 +109,26 @@ def _swept(patch: AppliedPatch) -> bool:
     return getattr(original, "__module__", None) == holder.__name__  # else a re-export: only the named place changes
 
 
+def _impl_module(patch: AppliedPatch) -> str | None:
+    """The module of the impl behind a patch (whose own names to the original are kept).
+
+    fl_patch's own objects (a class stand-in, a shared impl's copy) are named where they are
+    installed: their ``__module__`` is the target's module, whose re-exports must be rebound like
+    any other module's; the impl is the registration's, or the stand-in's base class.
+    """
+    installed = patch.installed
+    module = getattr(installed, "__module__", None)
+    holder = patch.holder
+    if isinstance(module, str) and module == getattr(holder, "__name__", None) and not patch.whole_module:
+        if isinstance(installed, type) and len(installed.__mro__) > 1:
+            module = getattr(installed.__mro__[1], "__module__", None)
+        elif patch.registration is not None and isinstance(patch.registration.impl, str):
+            module = patch.registration.impl.rpartition(".")[0] or None
+        else:
+            return None
+    return module if isinstance(module, str) else None
+
+
 class NameBindings:
     """The names modules hold to what fl_patch replaced: rebound on patching, recorded for undoing."""
 
@@ -132,8 +152,8 @@ class NameBindings:
             with self._lock:
                 self._installed[id(patch.installed)] = patch
                 self._installed_ids.add(id(patch.installed))
-            impl_module = getattr(patch.installed, "__module__", None)
-            if isinstance(impl_module, str):
+            impl_module = _impl_module(patch)
+            if impl_module is not None:
                 skip.add(impl_module)  # the impl's own module keeps the original (seed pattern)
         if not replacements:
             return
