@@ -87,6 +87,9 @@ def main() -> None:
             norms.append(float(grad_norm))
         out[name] = {
             "optimizer": type(torch_optimizer).__module__ + "." + type(torch_optimizer).__name__,
+            # A replaced class is installed as fl_patch's stand-in named where the target lives
+            # (isinstance against the name holds); the impl is in its MRO.
+            "optimizer_mro": [c.__module__ + "." + c.__qualname__ for c in type(torch_optimizer).__mro__],
             "fused": [bool(g.get("fused")) for g in torch_optimizer.param_groups],
             "decoupled": [bool(g.get("decoupled_weight_decay")) for g in torch_optimizer.param_groups],
             "losses": losses,
