@@ -213,7 +213,7 @@ def test_pack_at_tensor_parallel_two_with_and_without_sequence_parallel(run_pyth
     every_op = {"rms_norm": 10, "rotary": 8, "flash_attention": 4, "swiglu": 4, "vocab_parallel_cross_entropy": 2}
     for mode in ("pack", "pack_sp"):
         assert runs[mode]["calls"] == every_op and runs[mode]["fallbacks"] == [], runs[mode]
-        assert runs[mode]["optimizer"] == "FusedAdam", runs[mode]
+        assert "FusedAdam" in runs[mode]["optimizer_mro"], runs[mode]
     assert runs["upstream"]["calls"] == {} and runs["upstream"]["sequence_parallel_params"] == []
     assert runs["pack_sp"]["sequence_parallel_params"] == [
         "decoder.final_layernorm.weight",

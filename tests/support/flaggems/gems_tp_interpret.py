@@ -96,6 +96,8 @@ def main() -> None:
             "mode": mode, "losses": losses, "calls": calls, "fallbacks": fallback_summary(),
             "sequence_parallel_params": sorted(n for n, v in sequence_parallel.items() if v),
             "optimizer": type(optimizer.optimizer).__name__ if hasattr(optimizer, "optimizer") else "",
+            # a replaced class is fl_patch's stand-in named where the target lives: the impl is in its MRO
+            "optimizer_mro": [c.__name__ for c in type(optimizer.optimizer).__mro__] if hasattr(optimizer, "optimizer") else [],
         }))  # fmt: skip
     torch.distributed.destroy_process_group()
 

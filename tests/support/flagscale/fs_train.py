@@ -186,6 +186,8 @@ def main() -> None:
         "steps": steps,
         "plugin_calls": plugin_calls,
         "scheduler_class": f"{type(scheduler).__module__}.{type(scheduler).__qualname__}",
+        # A replaced class is fl_patch's stand-in named where the target lives; the impl is in its MRO.
+        "scheduler_mro": [f"{c.__module__}.{c.__qualname__}" for c in type(scheduler).__mro__],
         # The upstream class is the first base defined in megatron.core (or the class itself).
         "isinstance_upstream": isinstance(
             scheduler,

@@ -203,7 +203,9 @@ class TransformerBlockNorm(WrappedTorchNorm):
     replaces there only because fl_patch requires a class to replace a class (that norm, like TE's, returns
     a module of another class from ``__new__``)."""
 
-    def __new__(cls, config: Any, hidden_size: int, eps: float = 1e-5, **_: Any) -> Any:  # type: ignore[misc]
+    # *_args: the torch norm's own positional arguments (persist_layer_norm, zero_centered_gamma, normalization),
+    # which TENorm reads from the config as TE does.
+    def __new__(cls, config: Any, hidden_size: int, eps: float = 1e-5, *_args: Any, **_: Any) -> Any:  # type: ignore[misc]
         return TENorm(config, hidden_size, eps)
 
 
