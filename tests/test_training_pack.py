@@ -171,6 +171,12 @@ def test_flagscale_training_targets_resolve_under_check() -> None:
         assert (verdict["level"], verdict["kind"], verdict["signature"]) == ("ok", "function", "compatible"), verdict
         assert verdict["target_found"] and verdict["impl_loaded"] and verdict["engine_status"] == "applied", verdict
     training = {t: r for t, r in found.items() if r["source"] == "fl_patch.impls.cpu.training_registry"}
+    # Registrations gated to other megatron-core releases (a target that moved, register(requires=)):
+    # not applied here and said so, never an error; the rest are what WITHOUT lists.
+    gated = {t for t, r in training.items() if r.get("not_for_version")}
+    assert gated == {"megatron.training.utils.get_device_arch_version", "megatron.training.utils.torch"}, gated
+    assert all(training[t]["level"] != "error" for t in gated)
+    training = {t: r for t, r in training.items() if t not in gated}
     assert set(training) == set(WITHOUT)
     for target, verdict in training.items():
         assert verdict["impl_loaded"] and verdict["engine_status"] == "applied", verdict
