@@ -80,9 +80,9 @@ def test_te_spec_module_tree_checkpoints_moe_mla() -> None:
         "linear_fc1": "TELayerNormColumnParallelLinear",
         "linear_fc2": "TERowParallelLinear",
         "input_layernorm": "IdentityOp",  # fused into linear_qkv, as with TE
-        # TransformerBlock's LayerNormImpl is not replaced (registration refused since the merge of main's
-        # stricter class rules): torch's RMSNorm, the same parameter name (`weight`) as TE's norm.
-        "final_layernorm": "RMSNorm",
+        # TransformerBlock's LayerNormImpl = TENorm, as with TE (TransformerBlockNorm takes the torch norm's
+        # positional arguments, so the engine's signature rule accepts it).
+        "final_layernorm": "_Norm",  # TENorm's module, as TE's LayerNormImpl = TENorm gives
     }
     # megatron's own local->TE name table names parameters that exist here; no separate norms remain
     assert r["megatron_te_norm_names_present"] == [True, True]
