@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from enum import Enum
 
-__all__ = ["PatchRecord", "Status", "format_table"]
+__all__ = ["PatchRecord", "Status"]
 
 
 class Status(str, Enum):
@@ -42,24 +42,3 @@ class PatchRecord:
         data = asdict(self)
         data["status"] = self.status.value
         return data
-
-
-def format_table(records: list[PatchRecord], columns: tuple[str, ...] | None = None) -> str:
-    """A plain-text table of ``records``, one row each."""
-    columns = columns or ("status", "target", "vendor", "chosen_vendor", "impl", "detail")
-    rows = [[_cell(getattr(record, column)) for column in columns] for record in records]
-    widths = [max([len(column)] + [len(row[i]) for row in rows]) for i, column in enumerate(columns)]
-    lines = ["  ".join(column.ljust(width) for column, width in zip(columns, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * width for width in widths))
-    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
-    return "\n".join(lines)
-
-
-def _cell(value: object) -> str:
-    if isinstance(value, Enum):
-        return str(value.value)
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else ""
-    return str(value)

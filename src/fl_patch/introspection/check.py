@@ -37,6 +37,7 @@ import sys
 import types
 import warnings
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from fl_patch.activation import install as _activation
 from fl_patch.activation.runtime import RUNTIME
@@ -248,6 +249,11 @@ def check(*, activation: bool = True) -> CheckReport:
 
 def _not_for_version(registration: Registration, record: PatchRecord | None) -> CheckResult:
     assert registration.gate is not None
+    return _result(registration, record, not_for_version=registration.gate.describe())
+
+
+def _result(registration: Registration, record: PatchRecord | None, **verdict: Any) -> CheckResult:
+    """A registration's row: what it is, what the engine did with it (``record``), and ``verdict``."""
     return CheckResult(
         target=registration.target,
         method_key=registration.method_key,
@@ -257,7 +263,7 @@ def _not_for_version(registration: Registration, record: PatchRecord | None) -> 
         source=registration.source,
         engine_status=record.status.value if record is not None else None,
         requires=registration.requires,
-        not_for_version=registration.gate.describe(),
+        **verdict,
     )
 
 
@@ -371,16 +377,7 @@ def _check_one(
     record: PatchRecord | None,
     vendors: tuple[str, ...],
 ) -> CheckResult:
-    result = CheckResult(
-        target=registration.target,
-        method_key=registration.method_key,
-        vendor=registration.vendor,
-        chosen_vendor=record.chosen_vendor if record is not None else None,
-        impl=registration.impl_name,
-        source=registration.source,
-        engine_status=record.status.value if record is not None else None,
-        requires=registration.requires,
-    )
+    result = _result(registration, record)
     version = megatron_core_version()
     where = f" (installed megatron-core {version})" if registration.target.startswith("megatron.") and version else ""
     findings = result.findings
