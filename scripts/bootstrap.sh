@@ -30,7 +30,11 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     # No GPU: the CPU build, asked for by name (+cpu) from PyTorch's CPU index. PyPI's Linux
     # torch is the CUDA build (GBs of CUDA libraries and triton, useless here). PyPI stays
     # an extra index for torch's own dependencies (sympy, networkx, ...).
-    "${pip[@]}" "torch==$torch_version+cpu" \
+    # The configured indexes and find-links come first: where they hold the CPU build
+    # (a mirror, a wheel cache) this needs no network and does not wait on retries to an
+    # unreachable download.pytorch.org; PyPI itself has no +cpu builds, so there it fails
+    # at once and the CPU index is asked.
+    "${pip[@]}" "torch==$torch_version+cpu" 2>/dev/null || "${pip[@]}" "torch==$torch_version+cpu" \
       --index-url "${FL_PATCH_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}" --extra-index-url https://pypi.org/simple
   else
     "${pip[@]}" "torch==$torch_version"  # macOS, Windows: PyPI's build is the CPU one
