@@ -10,7 +10,11 @@ and calls the upstream code the registration targets. Tallied:
 * strict not failing: the ``FL_PATCH_STRICT=1`` run exited zero, or without the
   message. Must be 0.
 
-Run:  .venv/bin/python bench/fault_matrix.py [--json out.json] [--jobs 2]
+Then every hostile program of ``tests/support/hostile/hostile_cases`` (the classes of
+docs/reliability.md: never break the run, blast radius, as plain python, ...), tallied the
+same way plus hangs: a case hung when it ran past its timeout.
+
+Run:  .venv/bin/python bench/fault_matrix.py [--json out.json] [--jobs 2] [--only faults|hostile]
 """
 
 from __future__ import annotations
@@ -30,8 +34,12 @@ SUPPORT = REPO / "tests" / "support"
 # The one fault table, shared with tests/test_faults.py.
 SUPPORT_PATH = [SUPPORT, *(SUPPORT / group for group in ("activation", "plugins", "flagscale", "faults", "flaggems"))]
 sys.path.insert(0, str(SUPPORT / "faults"))
+sys.path.insert(0, str(SUPPORT / "hostile"))
 
 from fault_table import FAULTS, Fault  # noqa: E402
+from hostile_case import HostileCase, judge, needs_strict_run  # noqa: E402
+from hostile_case import run_case as run_hostile  # noqa: E402
+from hostile_cases import all_cases  # noqa: E402
 
 
 def _environment(case: Fault, workdir: Path, strict: bool) -> dict[str, str]:
@@ -86,12 +94,22 @@ def run_case(case: Fault) -> dict[str, object]:
         return results
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", help="also write the results here")
-    parser.add_argument("--jobs", type=int, default=2)
-    args = parser.parse_args()
-    with ThreadPoolExecutor(args.jobs) as pool:
+def run_hostile_case(case: HostileCase) -> dict[str, object]:
+    default = run_hostile(case, strict=False)
+    strict = run_hostile(case, strict=True) if needs_strict_run(case) else None
+    row: dict[str, object] = {"group": case.group, "case": case.name, "default_exit": default.rc}
+    row["strict_exit"] = strict.rc if strict is not None else None
+    row.update(judge(case, default, strict))
+    if os.environ.get("FAULT_MATRIX_VERBOSE") and any(row[key] for key in HOSTILE_TALLIES):
+        print(f"--- {case.label}: {row}\n{default.stderr[-3000:]}", file=sys.stderr)
+    return row
+
+
+HOSTILE_TALLIES = ("lost_silently", "non_strict_broken", "hung", "strict_wrong")
+
+
+def _faults(jobs: int) -> tuple[list[dict[str, object]], dict[str, int]]:
+    with ThreadPoolExecutor(jobs) as pool:
         rows = list(pool.map(run_case, FAULTS))
     print("| case | default: exit | default: warnings naming it | strict: exit |")
     print("|---|---|---|---|")
@@ -106,9 +124,49 @@ def main() -> int:
     }
     print()
     print(" ".join(f"{key}={value}" for key, value in summary.items()))
+    return rows, summary
+
+
+def _hostile(jobs: int) -> tuple[list[dict[str, object]], dict[str, object]]:
+    cases = all_cases()
+    with ThreadPoolExecutor(jobs) as pool:
+        rows = list(pool.map(run_hostile_case, cases))
+    print()
+    print("| class | cases | lost silently | non-strict runs broken | hangs | strict runs wrong |")
+    print("|---|---|---|---|---|---|")
+    groups = sorted({str(row["group"]) for row in rows})
+    for group in [*groups, "all"]:
+        mine = [row for row in rows if group in ("all", row["group"])]
+        counts = " | ".join(str(sum(bool(row[key]) for row in mine)) for key in HOSTILE_TALLIES)
+        print(f"| {group} | {len(mine)} | {counts} |")
+    failing = [f"{row['group']}: {row['case']}" for row in rows if any(row[key] for key in HOSTILE_TALLIES)]
+    if failing:
+        print("\nfailing: " + "; ".join(failing))
+    summary: dict[str, object] = {
+        "cases": len(rows),
+        **{key: sum(bool(r[key]) for r in rows) for key in HOSTILE_TALLIES},
+    }
+    return rows, summary
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", choices=("faults", "hostile"), help="run one of the two tables")
+    args = parser.parse_args()
+    result: dict[str, object] = {}
+    bad = 0
+    if args.only in (None, "faults"):
+        rows, summary = _faults(args.jobs)
+        result.update(summary=summary, cases=rows)
+        bad += summary["lost_silently"] + summary["non_strict_broken"] + summary["strict_not_failing"]
+    if args.only in (None, "hostile"):
+        hostile_rows, hostile_summary = _hostile(args.jobs)
+        result.update(hostile_summary=hostile_summary, hostile_cases=hostile_rows)
+        bad += sum(int(hostile_summary[key]) for key in HOSTILE_TALLIES)  # type: ignore[call-overload]
     if args.json:
-        Path(args.json).write_text(json.dumps({"summary": summary, "cases": rows}, indent=2))
-    bad = summary["lost_silently"] + summary["non_strict_broken"] + summary["strict_not_failing"]
+        Path(args.json).write_text(json.dumps(result, indent=2))
     return 1 if bad else 0
 
 
