@@ -11,6 +11,7 @@ refused with one message that ``--check``'s comparison (``fl_patch.core.kinds.fi
 from __future__ import annotations
 
 import functools
+import inspect
 import importlib
 import itertools
 import pickle
@@ -485,3 +486,82 @@ def test_one_impl_for_two_targets_gives_each_its_own_wrapped(engine, sandbox) ->
     fl_patch.uninstall()
     assert mod.first is first and mod.second is second
     assert "__wrapped__" not in vars(importlib.import_module(impl_module).impl)
+
+
+# ------------------------------------------------ objects fl_patch does not own (issue 24)
+@pytest.fixture
+def _report_mode(monkeypatch: pytest.MonkeyPatch):
+    """``_report_mode(True)``: the next install() runs in --report mode (the exit report itself muted)."""
+    from fl_patch.introspection import exit_report
+
+    monkeypatch.setattr(exit_report, "_report_at_exit", lambda: None)
+
+    def set_mode(on: bool) -> None:  # (per hypothesis example: the fixture is set up once for all)
+        if on:
+            monkeypatch.setenv("FL_PATCH_REPORT", "1")
+        else:
+            monkeypatch.delenv("FL_PATCH_REPORT", raising=False)
+
+    return set_mode
+
+
+# Library functions used directly as impls: fl_patch must install its own copy and never
+# write on the library's function. (module, name, a call's argument)
+LIBRARY_IMPLS = {
+    "stdlib": ("textwrap", "dedent", "text", "  x\n  y\n"),
+    "stdlib_json": ("json", "dumps", "obj", [1, 2]),
+    "torch": ("torch.nn.functional", "silu", "input", None),  # the argument: a tensor, made here
+}
+
+
+@given(
+    library=st.sampled_from(sorted(LIBRARY_IMPLS)),
+    report_mode=st.booleans(),
+    way=st.sampled_from(ACTIVATIONS),
+)
+@settings(max_examples=18, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_library_function_used_as_impl_is_never_written_on(engine, sandbox, _report_mode, library, report_mode, way) -> None:
+    import torch
+
+    module_name, function_name, parameter, argument = LIBRARY_IMPLS[library]
+    library_function = getattr(importlib.import_module(module_name), function_name)
+    before = dict(vars(library_function))
+    n = next(_COUNTER)
+    module = f"fltk_library_{n}"
+    _write(sandbox, module, f"def act({parameter}):\n    return ('upstream', {parameter})\n")
+    _report_mode(report_mode)
+    _activate(way, f"{module}.act", f"{module_name}.{function_name}", module)
+    mod = sys.modules[module]
+    argument = torch.tensor([-1.0, 0.0, 2.0]) if argument is None else argument
+    expected = library_function(argument)
+    got = mod.act(argument)
+    assert (got == expected).all() if isinstance(expected, torch.Tensor) else got == expected
+    # The library's function is untouched: no __wrapped__, no __signature__, unwrap is itself.
+    assert dict(vars(library_function)) == before
+    assert inspect.unwrap(library_function) is library_function
+    # What fl_patch installed is its own object and names the original, as for any impl.
+    assert mod.act is not library_function
+    assert mod.act.__wrapped__.__module__ == module and mod.act.__wrapped__.__qualname__ == "act"
+    assert pickle.loads(pickle.dumps(mod.act)) is mod.act
+    fl_patch.uninstall()
+    assert dict(vars(library_function)) == before
+
+
+@pytest.mark.parametrize("report_mode", [False, True], ids=["default", "report"])
+def test_an_impl_reading_its_own_wrapped_works_the_same_under_report(engine, sandbox, _report_mode, report_mode) -> None:
+    """A diagnostic mode never changes behaviour: under --report the impl sits behind a
+    counting wrapper, yet it is marked exactly as when it is installed itself."""
+    n = next(_COUNTER)
+    module, impl_module = f"fltk_selfref_{n}", f"fltk_selfref_impl_{n}"
+    _write(sandbox, module, "def act(x):\n    return x + 1\n")
+    _write(sandbox, impl_module, "def act(x):\n    return 10 * act.__wrapped__(x)\n")
+    _report_mode(report_mode)
+    fl_patch.register(f"{module}.act", f"{impl_module}.act")
+    fl_patch.install()
+    mod = importlib.import_module(module)
+    assert mod.act(1) == 20
+    impl = importlib.import_module(impl_module).act
+    assert impl.__wrapped__ is fl_patch.original(f"{module}.act")
+    assert (mod.act is impl) is not report_mode
+    fl_patch.uninstall()
+    assert "__wrapped__" not in vars(impl) and "__signature__" not in vars(impl)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fl_patch.core import kinds as _kinds
+from fl_patch.core.ownership import is_library_function
 from fl_patch.core.resolve import Kind, Resolved, describe
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ __all__ = [
     "install_module",
     "module_patch",
     "revert",
+    "stands_for",
 ]
 
 ABSENT = object()  # vars(holder) had no such name (inherited, or missing)
@@ -48,6 +50,10 @@ NO_ORIGINAL = object()  # a module replaced before it was ever imported: there i
 # Functions whose __wrapped__ fl_patch set: (to what, whether it set __signature__ too), so
 # only that is ever undone.
 _WRAPPED_BY_US: weakref.WeakKeyDictionary[types.FunctionType, tuple[object, bool]] = weakref.WeakKeyDictionary()
+# fl_patch's own stand-ins (the call counter of --report) -> the impl behind each: the impl is
+# marked as if it were installed itself, so an impl that reads its own ``__wrapped__`` works
+# the same with and without --report (a diagnostic mode never changes behaviour).
+_STANDS_FOR: weakref.WeakKeyDictionary[types.FunctionType, types.FunctionType] = weakref.WeakKeyDictionary()
 # Descriptors that store per-instance data: replacing one breaks every instance.
 _STORAGE_DESCRIPTORS: tuple[type, ...] = (types.MemberDescriptorType,)
 try:
@@ -196,6 +202,9 @@ def install(
         previous_own = ABSENT
     if resolved.exists and resolved.kind in (Kind.FUNCTION, Kind.METHOD, Kind.STATICMETHOD, Kind.CLASSMETHOD):
         replacement = _unshared(replacement, resolved.raw, holder, resolved.name)
+        stand_in = _function_in(replacement)
+        if stand_in in _STANDS_FOR:  # fl_patch's counting wrapper: pickled by the name it is installed under
+            _name_where_installed(stand_in, holder, resolved.name)  # type: ignore[arg-type]
     setattr(holder, resolved.name, replacement)
     patch = AppliedPatch(
         target=target,
@@ -260,21 +269,34 @@ def _function_in(obj: object) -> types.FunctionType | None:
     return inner if isinstance(inner, types.FunctionType) else None
 
 
+def stands_for(stand_in: types.FunctionType, impl: types.FunctionType) -> None:
+    """Record that fl_patch's ``stand_in`` (a counting wrapper) installs ``impl``."""
+    _STANDS_FOR[stand_in] = impl
+
+
 def _unshared(replacement: object, original: object, holder: object, name: str) -> object:
-    """``replacement``, or fl_patch's own copy of its function when that function already
-    carries fl_patch's ``__wrapped__`` for another upstream (one impl for two targets: the
-    CPU pack's ``reset_memory_stats``). One function cannot name two originals, and
-    re-pointing it would change what the first target's ``__wrapped__`` is.
+    """``replacement``, or fl_patch's own copy of its function when fl_patch may not mark the
+    function itself with this target's ``__wrapped__``:
+
+    * it already carries fl_patch's ``__wrapped__`` for another upstream (one impl for two
+      targets: the CPU pack's ``reset_memory_stats``). One function cannot name two
+      originals, and re-pointing it would change what the first target's ``__wrapped__`` is;
+    * it is a library's function (``torch.nn.functional.silu`` used as an impl;
+      ``core.ownership``): marking it would change that library for every other caller.
 
     The copy shares the impl's code, globals, defaults and closure (a call costs the same,
     ``torch.compile`` traces the same code); it is named where it is installed, so pickle
     finds it there.
     """
     function = _function_in(replacement)
+    if function is None:
+        return replacement
     upstream = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
-    marked = _WRAPPED_BY_US.get(function) if function is not None else None
-    if function is None or marked is None or _same_name(marked[0], upstream):
-        return replacement  # (the same upstream, or its fresh copy after a reload or re-import)
+    marked = _WRAPPED_BY_US.get(function)
+    shared = marked is not None and not _same_name(marked[0], upstream)
+    # (the same upstream, or its fresh copy after a reload or re-import, is no second target)
+    if not shared and not is_library_function(function):
+        return replacement
     copy = types.FunctionType(
         function.__code__, function.__globals__, function.__name__, function.__defaults__, function.__closure__
     )
@@ -282,15 +304,20 @@ def _unshared(replacement: object, original: object, holder: object, name: str) 
     copy.__dict__.update({k: v for k, v in vars(function).items() if k not in ("__wrapped__", "__signature__")})
     copy.__doc__ = function.__doc__
     copy.__annotations__ = dict(function.__annotations__)
-    if isinstance(holder, type):
-        copy.__module__, copy.__qualname__ = holder.__module__, f"{holder.__qualname__}.{name}"
-    else:
-        copy.__module__, copy.__qualname__ = getattr(holder, "__name__", function.__module__), name
+    _name_where_installed(copy, holder, name)
     if isinstance(replacement, staticmethod):
         return staticmethod(copy)
     if isinstance(replacement, classmethod):
         return classmethod(copy)
     return copy
+
+
+def _name_where_installed(function: types.FunctionType, holder: object, name: str) -> None:
+    """Give fl_patch's own function the name it is installed under, so pickle finds it there."""
+    if isinstance(holder, type):
+        function.__module__, function.__qualname__ = holder.__module__, f"{holder.__qualname__}.{name}"
+    else:
+        function.__module__, function.__qualname__ = getattr(holder, "__name__", function.__module__), name
 
 
 def _same_name(a: object, b: object) -> bool:
@@ -301,7 +328,16 @@ def _same_name(a: object, b: object) -> bool:
 def _mark_wrapped(replacement: object, original: object) -> None:
     function = _function_in(replacement)
     upstream = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
-    if function is None or function is upstream:
+    if function is None:
+        return
+    _mark(function, upstream)
+    behind = _STANDS_FOR.get(function)
+    if behind is not None and not is_library_function(behind):
+        _mark(behind, upstream)
+
+
+def _mark(function: types.FunctionType, upstream: object) -> None:
+    if function is upstream:
         return
     if "__wrapped__" in vars(function) and function not in _WRAPPED_BY_US:
         return  # the impl's own (functools.wraps of something): keep it
@@ -319,12 +355,15 @@ def _mark_wrapped(replacement: object, original: object) -> None:
 
 def _unmark_wrapped(patch: AppliedPatch) -> None:
     function = _function_in(patch.installed)
-    if function is not None and function in _WRAPPED_BY_US:
-        upstream, signature_set = _WRAPPED_BY_US.pop(function)
-        if vars(function).get("__wrapped__") is upstream:
-            del function.__wrapped__
-            if signature_set:
-                vars(function).pop("__signature__", None)
+    if function is None:
+        return
+    for marked in (function, _STANDS_FOR.get(function)):
+        if marked is not None and marked in _WRAPPED_BY_US:
+            upstream, signature_set = _WRAPPED_BY_US.pop(marked)
+            if vars(marked).get("__wrapped__") is upstream:
+                del marked.__wrapped__
+                if signature_set:
+                    vars(marked).pop("__signature__", None)
 
 
 def revert(patch: AppliedPatch) -> bool:

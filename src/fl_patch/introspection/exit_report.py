@@ -49,6 +49,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from fl_patch.activation.runtime import RUNTIME
+from fl_patch.core.apply import stands_for
 from fl_patch.core.records import PatchRecord, Status
 
 __all__ = ["CallCounts", "counted_records", "enable", "format_report", "make_counter", "redact_argv"]
@@ -135,6 +136,7 @@ def make_counter(target: str, replacement: object) -> object:
         wrapper.__signature__ = inspect.signature(impl)  # type: ignore[attr-defined]
     except (TypeError, ValueError):
         pass
+    stands_for(wrapper, impl)  # the impl gets the marks it would get installed itself
     return wrapper
 
 
