@@ -11,8 +11,8 @@ refused with one message that ``--check``'s comparison (``fl_patch.core.kinds.fi
 from __future__ import annotations
 
 import functools
-import inspect
 import importlib
+import inspect
 import itertools
 import pickle
 import sys
@@ -520,7 +520,9 @@ LIBRARY_IMPLS = {
     way=st.sampled_from(ACTIVATIONS),
 )
 @settings(max_examples=18, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_a_library_function_used_as_impl_is_never_written_on(engine, sandbox, _report_mode, library, report_mode, way) -> None:
+def test_a_library_function_used_as_impl_is_never_written_on(
+    engine, sandbox, _report_mode, library, report_mode, way
+) -> None:
     import torch
 
     module_name, function_name, parameter, argument = LIBRARY_IMPLS[library]
@@ -548,7 +550,9 @@ def test_a_library_function_used_as_impl_is_never_written_on(engine, sandbox, _r
 
 
 @pytest.mark.parametrize("report_mode", [False, True], ids=["default", "report"])
-def test_an_impl_reading_its_own_wrapped_works_the_same_under_report(engine, sandbox, _report_mode, report_mode) -> None:
+def test_an_impl_reading_its_own_wrapped_works_the_same_under_report(
+    engine, sandbox, _report_mode, report_mode
+) -> None:
     """A diagnostic mode never changes behaviour: under --report the impl sits behind a
     counting wrapper, yet it is marked exactly as when it is installed itself."""
     n = next(_COUNTER)
