@@ -544,7 +544,8 @@ def test_a_library_function_used_as_impl_is_never_written_on(
     # What fl_patch installed is its own object and names the original, as for any impl.
     assert mod.act is not library_function
     assert mod.act.__wrapped__.__module__ == module and mod.act.__wrapped__.__qualname__ == "act"
-    assert pickle.loads(pickle.dumps(mod.act)) is mod.act
+    if not report_mode:  # (under --report the counting wrapper carries the impl's name: docs/reliability.md)
+        assert pickle.loads(pickle.dumps(mod.act)) is mod.act
     fl_patch.uninstall()
     assert dict(vars(library_function)) == before
 

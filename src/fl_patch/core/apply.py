@@ -202,9 +202,6 @@ def install(
         previous_own = ABSENT
     if resolved.exists and resolved.kind in (Kind.FUNCTION, Kind.METHOD, Kind.STATICMETHOD, Kind.CLASSMETHOD):
         replacement = _unshared(replacement, resolved.raw, holder, resolved.name)
-        stand_in = _function_in(replacement)
-        if stand_in in _STANDS_FOR:  # fl_patch's counting wrapper: pickled by the name it is installed under
-            _name_where_installed(stand_in, holder, resolved.name)  # type: ignore[arg-type]
     setattr(holder, resolved.name, replacement)
     patch = AppliedPatch(
         target=target,
