@@ -148,3 +148,10 @@ def fresh_modules(names: list[str]) -> Iterator[None]:
             sys.modules[name] = module
             parent, _, child = name.rpartition(".")
             setattr(sys.modules[parent], child, module)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core, at most four. Each worker imports torch and
+    megatron-core (about 0.6 GB) and most tests start interpreters of their own, so more
+    workers than cores only queue, and past four they only add memory."""
+    return max(1, min(4, os.cpu_count() or 1))
