@@ -18,6 +18,7 @@ cover them fail.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -57,6 +58,8 @@ MODEL = [
 
 WITHOUT: dict[str, str] = {
     "megatron.training.initialize.torch": "AssertionError: Megatron requires CUDA. (initialize.py line 66)",
+    "megatron.training.arguments.torch": "Torch not compiled with CUDA enabled in validate_args with "
+    "--moe-grouped-gemm (get_device_capability; test_moe_with_grouped_gemm_on_the_te_spec_trains)",
     "megatron.training.training.torch": "Torch not compiled with CUDA enabled (pretrain's start-time all-reduce)",
     "megatron.training.models.dist_utils.torch": "torch.cuda.Stream requires CUDA support (model builder's DDP wrap)",
     "megatron.training.utils.common_utils.torch": "Torch not compiled with CUDA enabled (loss averaging, param norms)",
@@ -302,6 +305,24 @@ def test_two_tensor_parallel_ranks_match_one_rank(one_rank: tuple[Run, Path], tm
     assert tp2.losses(0) == pytest.approx(first.losses(0), rel=1e-5)
     assert tp2.losses(1) == tp2.losses(0)  # tensor-parallel ranks see the same batch and loss
     assert tp2.evals[0] == pytest.approx(first.evals[0], rel=1e-5)
+
+
+def test_moe_with_grouped_gemm_on_the_te_spec_trains(tmp_path: Path) -> None:
+    """Megatron's defaults for a MoE recipe: the TE layer spec (no TE here), 4 experts top-2,
+    the alltoall dispatcher and ``--moe-grouped-gemm``, which ``validate_args`` gates on the
+    GPU generation before any model code (``training_torch_names.ARGUMENTS``)."""
+    moe = pretrain(
+        tmp_path,
+        "moe_grouped",
+        *("--transformer-impl", "transformer_engine", "--train-iters", "4", "--eval-interval", "4"),
+        *("--num-experts", "4", "--moe-router-topk", "2", "--moe-token-dispatcher-type", "alltoall"),
+        *("--moe-ffn-hidden-size", "64", "--moe-grouped-gemm", "--normalization", "RMSNorm", "--swiglu"),
+        "--disable-bias-linear",
+    )
+    losses = moe.losses(0)
+    assert len(losses) == 4 * 2 and all(math.isfinite(loss) for loss in losses)  # 4 iterations, 2 micro-batches
+    assert losses[-1] < losses[0], losses  # it learns
+    assert moe.evals[0] and all(math.isfinite(loss) for loss in moe.evals[0])
 
 
 @pytest.mark.slow

@@ -104,9 +104,10 @@ class _CudaRandom(types.ModuleType):
 class CudaOnCpu(types.ModuleType):
     """``torch.cuda`` as the patched megatron modules see it; anything unlisted is the real one."""
 
-    def __init__(self, *, reports_device: bool) -> None:
+    def __init__(self, *, reports_device: bool, capability: tuple[int, int] | None = None) -> None:
         super().__init__("torch.cuda", "torch.cuda mapped to the CPU (fl_patch CPU pack)")
         self._reports_device = reports_device
+        self._capability = capability
         self.random = _CudaRandom()
         self.nvtx = _Nvtx()
         self.Stream = Stream
@@ -131,6 +132,13 @@ class CudaOnCpu(types.ModuleType):
 
     def device_count(self) -> int:
         return 1 if self._reports_device else 0
+
+    def get_device_capability(self, device: object = None) -> tuple[int, int]:
+        """The capability this view was given (only views that answer a feature gate get one:
+        ``training_torch_names.ARGUMENTS``), else torch's own answer (it raises without CUDA)."""
+        if self._capability is None:
+            return torch.cuda.get_device_capability(device)  # type: ignore[arg-type]
+        return self._capability
 
     def current_device(self) -> torch.device:
         """The CPU device (not an ordinal: ``tensor.to(0)`` would mean CUDA again)."""
@@ -179,9 +187,9 @@ class CudaOnCpu(types.ModuleType):
 class CpuTorchView(types.ModuleType):
     """``torch`` for one megatron module: the real torch, but CUDA lands on the CPU."""
 
-    def __init__(self, *, reports_cuda_device: bool = False) -> None:
+    def __init__(self, *, reports_cuda_device: bool = False, capability: tuple[int, int] | None = None) -> None:
         super().__init__("torch", torch.__doc__)
-        self.cuda = CudaOnCpu(reports_device=reports_cuda_device)
+        self.cuda = CudaOnCpu(reports_device=reports_cuda_device, capability=capability)
         for name in _FACTORIES:
             setattr(self, name, _on_cpu(getattr(torch, name)))
 

@@ -34,6 +34,7 @@ _UTILS_MODULE = "megatron-core<0.18"
 
 TRAINING_MODULE_VIEWS: tuple[tuple[str, str, str | None], ...] = (
     ("megatron.training.initialize", "INITIALIZE", None),
+    ("megatron.training.arguments", "ARGUMENTS", None),
     ("megatron.training.training", "TRAINING", None),
     # 0.18 moved get_model's DDP wrapping out of training.py (already viewed) into models/dist_utils.py.
     ("megatron.training.models.dist_utils", "DIST_UTILS", "megatron-core>=0.18"),

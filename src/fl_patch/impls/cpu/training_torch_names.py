@@ -21,6 +21,7 @@ from __future__ import annotations
 from .torch_view import CpuTorchView
 
 __all__ = [
+    "ARGUMENTS",
     "CHECKPOINTING",
     "COMMON_UTILS",
     "DIST_UTILS",
@@ -31,8 +32,8 @@ __all__ = [
 ]
 
 
-def _view(doc: str, *, reports_cuda_device: bool = False) -> CpuTorchView:
-    view = CpuTorchView(reports_cuda_device=reports_cuda_device)
+def _view(doc: str, *, reports_cuda_device: bool = False, capability: tuple[int, int] | None = None) -> CpuTorchView:
+    view = CpuTorchView(reports_cuda_device=reports_cuda_device, capability=capability)
     view.__doc__ = doc
     return view
 
@@ -55,6 +56,26 @@ INITIALIZE = _view(
     Drop when: upstream initialises without requiring (or counting) CUDA devices.
     """,
     reports_cuda_device=True,
+)
+
+ARGUMENTS = _view(
+    """Patch for ``megatron.training.arguments.torch``.
+
+    Why: ``validate_args`` asks the GPU generation before it allows ``--moe-grouped-gemm``:
+    ``dc = torch.cuda.get_device_capability(); assert dc[0] >= 8, "Unsupported compute
+    capability for GroupedGEMM kernels."`` (``arguments.py`` lines 1338-1340). On a
+    CPU-only torch the call raises "Torch not compiled with CUDA enabled" before any model
+    code, although the grouped GEMM runs on the CPU (the TE spec's grouped linear stand-in,
+    ``te_modules.py``; megatron's non-TE ``GroupedMLP`` path).
+    How: the CPU view (no CUDA device) whose ``get_device_capability()`` answers (8, 0): the
+    question there is "can the GroupedGEMM kernels run", and on the CPU they can. Only this
+    module gets the answer: ``validate_args`` asks nothing else of it, and nowhere else does
+    fl_patch invent device properties (fp8's, Blackwell's gates elsewhere still see torch's
+    own answer and refuse).
+    Upstream reference: megatron-core 0.19.2, ``megatron/training/arguments.py``.
+    Drop when: upstream asks the grouped-GEMM backend instead of the device generation.
+    """,
+    capability=(8, 0),
 )
 
 TRAINING = _view(
