@@ -108,10 +108,10 @@ def test_te_spec_module_tree_checkpoints_moe_mla() -> None:
     not (MEGATRON_LM / "pretrain_gpt.py").is_file(),
     reason="set MEGATRON_LM to a Megatron-LM checkout (core_v0.19.0) to run pretrain_gpt.py",
 )
-def test_pretrain_gpt_te_spec_moe_ep2_mla(tmp_path: Path) -> None:
+@pytest.mark.parametrize("grouped", [False, True], ids=["sequential-experts", "grouped-gemm"])
+def test_pretrain_gpt_te_spec_moe_ep2_mla(tmp_path: Path, grouped: bool) -> None:
     """Megatron-LM's pretrain_gpt.py, unchanged, torchrun 2 ranks: the default TE impl, 4 experts top-2, alltoall,
-    EP=2, multi-latent attention (q/kv LoRA, YaRN): it trains. (``--moe-grouped-gemm`` stops in upstream's
-    ``validate_args`` at ``torch.cuda.get_device_capability()``, before any model code: docs/te_spec.md.)"""
+    EP=2, multi-latent attention (q/kv LoRA, YaRN), grouped GEMM off and on: it trains."""
     for name in ("pretrain_gpt.py", "gpt_builders.py", "model_provider.py"):
         shutil.copy(MEGATRON_LM / name, tmp_path / name)
     args = (
@@ -124,7 +124,7 @@ def test_pretrain_gpt_te_spec_moe_ep2_mla(tmp_path: Path) -> None:
         "--multi-latent-attention --q-lora-rank 32 --kv-lora-rank 32 --qk-head-dim 16 --qk-pos-emb-head-dim 16 "
         "--v-head-dim 16 --rotary-scaling-factor 2 --position-embedding-type rope "
         "--normalization RMSNorm --swiglu --disable-bias-linear"
-    ).split()
+    ).split() + (["--moe-grouped-gemm"] if grouped else [])
     proc = subprocess.run(
         [sys.executable, "-m", "fl_patch", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          "pretrain_gpt.py", *args],
