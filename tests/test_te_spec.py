@@ -135,3 +135,39 @@ def test_pretrain_gpt_te_spec_moe_ep2_mla(tmp_path: Path, grouped: bool) -> None
     losses = [float(line.split("lm loss:")[1].split("|")[0]) for line in log.splitlines() if "| lm loss:" in line]
     assert len(losses) == 8, log[-3000:]
     assert losses[-1] < losses[0] - 0.1, losses
+
+
+@pytest.mark.skipif(
+    not (MEGATRON_LM / "pretrain_gpt.py").is_file(),
+    reason="set MEGATRON_LM to a Megatron-LM checkout (core_v0.19.0) to run pretrain_gpt.py",
+)
+def test_pretrain_gpt_te_spec_tp2_sequence_parallel_matches_one_rank(tmp_path: Path) -> None:
+    """The TE spec (default impl, no TE) at TP=2 with sequence parallelism, torchrun 2 ranks, computes the
+    losses of one rank: CPU initialisation from the seed and no dropout, so the sharded layers see the
+    same weights and the tensor-parallel collectives (gloo) are the only difference."""
+    for name in ("pretrain_gpt.py", "gpt_builders.py", "model_provider.py"):
+        shutil.copy(MEGATRON_LM / name, tmp_path / name)
+    args = (
+        "--mock-data --tokenizer-type NullTokenizer --vocab-size 128 --make-vocab-size-divisible-by 64 "
+        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 "
+        "--micro-batch-size 2 --global-batch-size 4 --train-iters 8 --lr 1e-3 --log-interval 1 "
+        "--eval-interval 8 --eval-iters 1 --num-workers 0 --position-embedding-type rope --normalization RMSNorm "
+        "--swiglu --disable-bias-linear --seed 1234 --use-cpu-initialization --attention-dropout 0 --hidden-dropout 0"
+    ).split()
+
+    def losses(launcher: list[str], extra: list[str], **env: str) -> list[float]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "fl_patch", *launcher, "pretrain_gpt.py", *args, *extra],
+            env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        log = proc.stdout + proc.stderr
+        assert proc.returncode == 0, log[-6000:]
+        found = [float(line.split("lm loss:")[1].split("|")[0]) for line in log.splitlines() if "| lm loss:" in line]
+        assert len(found) == 8, log[-3000:]
+        return found
+
+    one = losses([], [], MASTER_ADDR="127.0.0.1", MASTER_PORT=_port(), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    tp2 = losses(torchrun, ["--tensor-model-parallel-size", "2", "--sequence-parallel"])
+    assert tp2 == pytest.approx(one, rel=1e-5)
+    assert one[-1] < one[0] - 0.1, one
