@@ -11,6 +11,12 @@ On a machine without a GPU, upstream megatron-core stops at its first CUDA assum
     python examples/train_gpt.py                 # fails inside megatron-core
     python -m fl_patch examples/train_gpt.py     # trains, with fl_patch's CPU pack
 
+What recipes build: ``--spec te`` (the Transformer Engine layer spec; TE itself is not
+needed under fl_patch), ``--experts 4`` (MoE, top-2, alltoall; ``--grouped-gemm``; ``--ep 2``
+under two processes), ``--mla`` (multi-latent attention, YaRN RoPE; with ``--spec te``)::
+
+    python -m fl_patch examples/train_gpt.py --spec te --experts 4 --grouped-gemm --mla
+
 Two processes with gloo (tensor parallel 2; without ``--tp 2``, data parallel 2)::
 
     torchrun --nproc-per-node 2 -m fl_patch examples/train_gpt.py --tp 2
@@ -56,12 +62,15 @@ from megatron.core.datasets.gpt_dataset import GPTDatasetConfig, MockGPTDataset
 from megatron.core.dist_checkpointing.mapping import ShardedObject
 from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 from megatron.core.models.gpt import GPTModel
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.models.gpt.gpt_layer_specs import (
+    get_gpt_layer_local_spec,
+    get_gpt_layer_with_transformer_engine_spec,
+)
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.tokenizers import MegatronTokenizer
-from megatron.core.transformer import TransformerConfig
+from megatron.core.transformer import MLATransformerConfig, TransformerConfig
 from megatron.core.transformer.module import Float16Module
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -95,8 +104,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     train.add_argument("--recompute", action="store_true", help="full activation recompute")
     train.add_argument("--seed", type=int, default=1234)
-    par = p.add_argument_group("parallelism (data parallel size = world size / tp)")
+    arch = p.add_argument_group("architecture (megatron-core's own options)")
+    arch.add_argument(
+        "--spec",
+        choices=("local", "te"),
+        default="local",
+        help="layer spec: megatron's local one, or the Transformer Engine one (what recipes build; TE not needed "
+        "under fl_patch)",
+    )
+    arch.add_argument("--experts", type=int, default=0, help="MoE: experts per layer (top-2, alltoall); 0: dense")
+    arch.add_argument("--grouped-gemm", action="store_true", help="MoE: one grouped GEMM for all local experts")
+    arch.add_argument("--mla", action="store_true", help="multi-latent attention (q/kv LoRA ranks, YaRN RoPE)")
+    par = p.add_argument_group("parallelism (data parallel size = world size / tp / ep for experts)")
     par.add_argument("--tp", type=int, default=1, help="tensor model parallel size")
+    par.add_argument("--ep", type=int, default=1, help="expert model parallel size (with --experts)")
     par.add_argument("--distributed-optimizer", action="store_true")
     ckpt = p.add_argument_group("checkpoints (megatron dist_checkpointing)")
     ckpt.add_argument("--save", type=Path, help="checkpoint directory to write")
@@ -106,11 +127,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     out.add_argument("--log-file", type=Path, help="write one JSON line per step here (rank 0)")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
     out.add_argument("--verbose", action="store_true", help="show megatron-core's import-time notes too")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.mla and args.spec == "local":
+        # megatron-core's local spec puts MLA on DotProductAttention, which takes no k_channels.
+        p.error("--mla needs --spec te (megatron-core's local spec cannot build multi-latent attention)")
+    if (args.grouped_gemm or args.ep > 1) and not args.experts:
+        p.error("--grouped-gemm and --ep are for MoE: give --experts N")
+    return args
 
 
 # --------------------------------------------------------------------------- set-up
-def init_distributed(tp: int) -> torch.device:
+def init_distributed(tp: int, ep: int = 1) -> torch.device:
     """One process per rank (torchrun sets RANK/WORLD_SIZE); a lone process is a world of one."""
     use_cuda = torch.cuda.is_available()
     backend = "nccl" if use_cuda else "gloo"
@@ -122,7 +149,7 @@ def init_distributed(tp: int) -> torch.device:
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, expert_model_parallel_size=ep)
     return device
 
 
@@ -131,7 +158,30 @@ def build_model(args: argparse.Namespace, device: torch.device) -> tuple[Distrib
     recompute: dict[str, Any] = {}
     if args.recompute:
         recompute = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-    config = TransformerConfig(
+    architecture: dict[str, Any] = {}
+    if args.experts:
+        architecture.update(
+            num_moe_experts=args.experts,
+            moe_router_topk=min(2, args.experts),
+            moe_token_dispatcher_type="alltoall",
+            moe_ffn_hidden_size=4 * args.hidden_size,
+            moe_grouped_gemm=args.grouped_gemm,
+            moe_aux_loss_coeff=1e-2,
+            expert_model_parallel_size=args.ep,
+        )
+    if args.mla:
+        head = args.hidden_size // args.num_heads
+        architecture.update(
+            q_lora_rank=args.hidden_size // 2,
+            kv_lora_rank=args.hidden_size // 2,
+            qk_head_dim=head,
+            qk_pos_emb_head_dim=head,
+            v_head_dim=head,
+            rope_type="yarn",
+            rotary_scaling_factor=2.0,
+            original_max_position_embeddings=args.seq_length // 2,
+        )
+    config = (MLATransformerConfig if args.mla else TransformerConfig)(
         num_layers=args.num_layers,
         hidden_size=args.hidden_size,
         num_attention_heads=args.num_heads,
@@ -144,13 +194,18 @@ def build_model(args: argparse.Namespace, device: torch.device) -> tuple[Distrib
         bf16=args.precision == "bf16",
         fp16=args.precision == "fp16",
         **recompute,
+        **architecture,
+    )
+    spec_of = get_gpt_layer_with_transformer_engine_spec if args.spec == "te" else get_gpt_layer_local_spec
+    spec = spec_of(
+        num_experts=args.experts or None, moe_grouped_gemm=args.grouped_gemm, multi_latent_attention=args.mla
     )
     model: torch.nn.Module = GPTModel(
         config=config,
-        transformer_layer_spec=get_gpt_layer_local_spec(),
+        transformer_layer_spec=spec,
         vocab_size=args.vocab_size,
         max_sequence_length=args.seq_length,
-        position_embedding_type="rope",
+        position_embedding_type="rope",  # (with MLA, megatron's attention brings its own YaRN rotary embedding)
     )
     model.to(device)
     if args.precision != "fp32":
@@ -356,7 +411,7 @@ class Progress:
 # --------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    device = init_distributed(args.tp)
+    device = init_distributed(args.tp, args.ep)
     rank0 = dist.get_rank() == 0
     tensor_parallel.model_parallel_cuda_manual_seed(args.seed)
 

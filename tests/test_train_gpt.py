@@ -121,6 +121,14 @@ def test_tensor_and_data_parallel_over_two_ranks_match_one_process(tmp_path: Pat
 
 
 @pytest.mark.slow
+def test_te_spec_moe_grouped_gemm_and_mla_train(tmp_path: Path) -> None:
+    """What recipes build, through megatron-core only: the TE layer spec without TE, 4 experts top-2
+    alltoall with grouped GEMM, multi-latent attention with YaRN RoPE: it learns."""
+    run, _ = train(tmp_path, "moe_mla", "--steps", "6", "--spec", "te", "--experts", "4", "--grouped-gemm", "--mla")
+    losses = [r["loss"] for r in run]
+    assert len(losses) == 6 and losses[-1] < losses[0] - 0.3, losses
+
+
 def test_a_single_step_run_works(tmp_path: Path) -> None:
     """--steps 1 is shorter than the default warm-up (2): it trains, with no warm-up, instead of failing."""
     run, stderr = train(tmp_path, "one", "--steps", "1")
