@@ -68,3 +68,46 @@ def test_vendors_are_case_insensitive_names() -> None:
     for bad in ("", "a b", None, 3, "musa,cpu"):
         with pytest.raises(ValueError, match="invalid vendor"):
             parse_vendor(bad)
+
+
+# ------------------------------------------ FlagScale's FlagScale-side key form (issue 25)
+def test_a_target_naming_its_module_twice_is_flagscales_key_form(engine, megatron_core) -> None:
+    """FlagScale's ``plugin_flagscale/override_registry.py`` writes
+    ``megatron.training.initialize.initialize._compile_dependencies``: the module, then FlagScale's
+    ``module_basename.func`` key. It resolves to the module's function, in the engine and in the
+    static drift check alike, and the record says how."""
+    from pathlib import Path
+
+    import megatron.core.utils as utils
+
+    import fl_patch
+    from fl_patch.introspection.drift import open_source, resolve
+
+    upstream = utils.divide
+
+    def divide(numerator: int, denominator: int) -> tuple[str, int]:
+        return ("impl", upstream(numerator, denominator))
+
+    fl_patch.register("megatron.core.utils.utils.divide", divide)
+    fl_patch.install()
+    assert utils.divide(6, 3) == ("impl", 2)
+    (record,) = [r for r in fl_patch.report() if r.target == "megatron.core.utils.utils.divide"]
+    assert record.status is fl_patch.Status.APPLIED
+    assert "FlagScale's key form: utils.divide in megatron.core.utils is divide" in record.detail
+    fl_patch.uninstall()
+    assert utils.divide is upstream
+
+    site = Path(utils.__file__).resolve().parents[2]  # the directory holding megatron/core
+    found, why = resolve(open_source(str(site)), "megatron.core.utils.utils.divide")
+    assert found is not None and found.kind == "function", why
+    assert "FlagScale's key form" in found.note
+
+
+def test_a_module_with_an_attribute_of_its_own_name_keeps_the_path() -> None:
+    from fl_patch.core.missing import strip_repeated_module_name
+
+    assert strip_repeated_module_name("a.initialize", ("initialize", "f"), lambda name: False) == ("f",)
+    # initialize.py that defines initialize(): initialize.initialize.f is an attribute of that object
+    assert strip_repeated_module_name("a.initialize", ("initialize", "f"), lambda name: name == "initialize") is None
+    assert strip_repeated_module_name("a.initialize", ("f",), lambda name: False) is None
+    assert strip_repeated_module_name("a.utils", ("initialize", "f"), lambda name: False) is None

@@ -7,7 +7,11 @@ few, and each is told apart here from the module itself and its source:
   in ``pkg.mod`` (FlagScale keys staticmethods by module and function name:
   ``filesystem_async.preload_tensors`` is ``FileSystemWriterAsync.preload_tensors``).
   When exactly one class of the module has it, the target resolves there
-  (``resolve_key_form``); when several do, the message lists them.
+  (``resolve_key_form``); when several do, the message lists them. FlagScale also keys a
+  module-level function by ``module_basename.func``, and its FlagScale-side tree writes
+  targets as ``pkg.mod`` + that key (``megatron.training.initialize.initialize._compile_dependencies``):
+  a path whose first attribute repeats the module's own name, when the module has no such
+  attribute, resolves without the repetition (``strip_repeated_module_name``).
 - **defined only with an optional dependency**: the name is bound only under
   ``if HAVE_TE:`` (or another guard, or a ``try: import`` block) that is false here. When
   it is bound to ``None`` in the guard's other branch it is *not* missing: that ``None``
@@ -28,7 +32,15 @@ import types
 
 from fl_patch.core.resolve import Resolved, describe, resolve_in
 
-__all__ = ["dependency_guard", "locate", "resolve_key_form", "unusable", "upstream_none", "why_missing"]
+__all__ = [
+    "dependency_guard",
+    "locate",
+    "resolve_key_form",
+    "strip_repeated_module_name",
+    "unusable",
+    "upstream_none",
+    "why_missing",
+]
 
 
 def _selfless(raw: object) -> bool:
@@ -63,17 +75,36 @@ def resolve_key_form(module: object, attr_path: tuple[str, ...]) -> tuple[tuple[
     return (classes[0], attr_path[0]), f"FlagScale's key form: resolves to {classes[0]}.{attr_path[0]}"
 
 
+def strip_repeated_module_name(module_name: str, attr_path: tuple[str, ...], has: object) -> tuple[str, ...] | None:
+    """``attr_path`` without its first segment when that segment only repeats the module's own
+    name (``initialize`` in ``megatron.training.initialize`` + ``initialize._compile_dependencies``,
+    FlagScale's ``module_basename.func`` key appended to the module), else None.
+
+    ``has(name)`` says whether the module defines ``name``: a module that really has an
+    attribute of its own name (a function ``initialize`` in ``initialize.py``) keeps the path.
+    """
+    base = module_name.rpartition(".")[2]
+    if len(attr_path) >= 2 and attr_path[0] == base and not has(base):  # type: ignore[operator]
+        return attr_path[1:]
+    return None
+
+
 def locate(module: types.ModuleType, attr_path: tuple[str, ...]) -> tuple[Resolved, tuple[str, ...], str]:
-    """``resolve_in`` plus FlagScale's key form: (what is there, the path used, a note or '').
+    """``resolve_in`` plus FlagScale's key forms: (what is there, the path used, a note or '').
 
     Raises ``AttributeError`` when a segment before the last is missing.
     """
+    note = ""
+    stripped = strip_repeated_module_name(module.__name__, attr_path, lambda name: name in vars(module))
+    if stripped is not None:
+        note = f"FlagScale's key form: {'.'.join(attr_path)} in {module.__name__} is {'.'.join(stripped)}"
+        attr_path = stripped
     resolved = resolve_in(module, attr_path)
     if not resolved.exists:
         key_form = resolve_key_form(module, attr_path)
         if key_form is not None:
-            return resolve_in(module, key_form[0]), key_form[0], key_form[1]
-    return resolved, attr_path, ""
+            return resolve_in(module, key_form[0]), key_form[0], "; ".join(filter(None, (note, key_form[1])))
+    return resolved, attr_path, note
 
 
 def unusable(module: types.ModuleType, attr_path: tuple[str, ...], resolved: Resolved, version_note: str) -> str | None:

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fl_patch.core.gates import package_info_version, parse_gate
+from fl_patch.core.missing import strip_repeated_module_name
 from fl_patch.introspection.forwarding import forwarding_findings
 from fl_patch.introspection.signatures import compare_signatures
 
@@ -312,6 +313,14 @@ def resolve(source: MegatronSource, target: str) -> tuple[Found | None, str]:
     rest = parts[module_end:]
     if not rest:
         return Found("module", None, module), ""
+    stripped = strip_repeated_module_name(module, tuple(rest), lambda name: _resolve_name(source, module, name))
+    if stripped is not None:  # FlagScale's module_basename.func key appended to the module
+        found, why = resolve(source, ".".join([module, *stripped]))
+        if found is not None:
+            found.note = f"FlagScale's key form: {'.'.join(rest)} in {module} is {'.'.join(stripped)}" + (
+                f"; {found.note}" if found.note else ""
+            )
+        return found, why
     found = _resolve_name(source, module, rest[0])
     if found is None:
         key_form = _key_form(source, module, rest)
