@@ -33,6 +33,10 @@ __all__ = ["current_finder", "install", "is_installed", "load_sources", "uninsta
 def _load_deferred_sources() -> None:
     engine = RUNTIME.engine
     settings = engine.settings
+    if settings.packs is None:
+        # Every shipped pack (nobody named one): only now that megatron itself loads, and first,
+        # so that their torch targets are in place before megatron's own modules run.
+        _sources.load_packs(None, RUNTIME.registry, RUNTIME.problems)
     if settings.entry_points:
         _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems)
     if settings.flagscale_tree:
@@ -121,7 +125,8 @@ def _configure(settings: Settings) -> None:
 def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
     if RUNTIME.sources_loaded:
         return
-    _sources.load_packs(settings.packs, RUNTIME.registry, RUNTIME.problems)
+    if settings.packs is not None:  # named by the user (FL_PATCH_PACKS, --packs): what they asked for, now
+        _sources.load_packs(settings.packs, RUNTIME.registry, RUNTIME.problems)
     if registries:
         _sources.load_registry_modules(settings.registry_modules, RUNTIME.registry, RUNTIME.problems)
     _check_preferred_near_misses(settings)

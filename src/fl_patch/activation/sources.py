@@ -8,9 +8,16 @@
    entry the user put there (``compat.flagscale_tree``, which also makes its own ``decorators.py``
    and platform detection work with fl_patch).
 
-1 and 2 load at ``install()``. 3 and 4 are discovered when the first megatron module
-starts loading: scanning installed distributions and probing a namespace package
-cost milliseconds that a process which never imports megatron should not pay.
+2, and 1 when ``FL_PATCH_PACKS`` names packs, load at ``install()``. 3, 4 and the default
+packs (all, nobody named them) load when the first megatron module (or a package of
+``FL_PATCH_TRIGGERS``) starts loading. For the packs that is the blast radius (docs/reliability.md):
+a pack changes nothing in a process that never imports megatron, whatever installed
+fl_patch (registry mode installs at the program's first import, for the user's targets
+only: a program that patches ``json.dumps`` gets neither the CPU pack's ``typing.override``
+nor the CUDA-on-CPU transfer of torch). A pack's registration for a target and vendor
+the user's registry module registered too yields to the user's. For 3 and 4, scanning
+installed distributions and probing a namespace package cost milliseconds that a process
+which never imports megatron should not pay.
 A source that fails is a problem (one warning, or an error in strict mode) and
 contributes nothing, not even the registrations it made before failing; the
 others still load.
@@ -40,11 +47,13 @@ __all__ = [
 ENTRY_POINT_GROUP = "fl_patch.registries"
 
 
-def import_source(module_name: str, what: str, registry: Registry, problems: ProblemSink) -> types.ModuleType | None:
+def import_source(
+    module_name: str, what: str, registry: Registry, problems: ProblemSink, *, yield_to_existing: bool = False
+) -> types.ModuleType | None:
     """Import a registry module (``pkg.mod``), or import one and call its function (``pkg.mod:function``)."""
     module_name, _, function = module_name.partition(":")
     try:
-        with registry.atomically():
+        with registry.atomically(yield_to_existing=yield_to_existing):
             module = importlib.import_module(module_name)
             if function:
                 getattr(module, function)()
@@ -122,7 +131,7 @@ def load_packs(names: tuple[str, ...] | None, registry: Registry, problems: Prob
         if registry_module is None:
             problems.problem(f"fl_patch: FL_PATCH_PACKS names unknown pack {name!r} (shipped: {', '.join(PACKS)})")
             continue
-        if import_source(registry_module, "pack registry", registry, problems) is not None:
+        if import_source(registry_module, "pack registry", registry, problems, yield_to_existing=True) is not None:
             loaded.append(name)
     return loaded
 

@@ -102,7 +102,7 @@ class _ArmedPathHook:
 
     def __call__(self, path: str) -> object:
         trigger = self.trigger
-        if trigger.armed and not _site_running() and trigger.roots.intersection(str(path).split(os.sep)):
+        if trigger.armed and not _site_running() and _inside_loaded_root(str(path), trigger.roots):
             trigger.armed = False
             try:
                 _install()
@@ -110,6 +110,33 @@ class _ArmedPathHook:
                 trigger.armed = True
                 raise
         raise ImportError("fl_patch's start-up path hook handles no path")
+
+
+def _inside_loaded_root(path: str, roots: frozenset[str]) -> bool:
+    """Whether ``path`` is searched as (a directory inside) a trigger package that has been imported.
+
+    That is the evidence the path hook acts on: the import system searches a directory of
+    ``megatron.__path__`` only to import a submodule of the ``megatron`` package it already
+    imported. A directory merely *named* ``megatron`` is no evidence: a script in
+    ``~/megatron/``, a venv or data directory called ``megatron``, a ``sys.path`` entry under
+    ``/x/megatron/...`` are searched for every import (``import torch`` included), and
+    installing there (inside the search for ``torch``, which installing may import: torch
+    was then imported twice, ``RuntimeError: Only a single TORCH_LIBRARY ...``) patched
+    programs that never touch megatron.
+    """
+    for root in roots:
+        package = sys.modules.get(root)
+        locations = getattr(package, "__path__", None)
+        if locations is None:
+            continue
+        try:
+            entries = [os.path.abspath(entry) for entry in list(locations)]
+        except TypeError:  # a __path__ that is not a list of strings: no evidence
+            continue
+        here = os.path.abspath(path)
+        if any(here == entry or here.startswith(entry + os.sep) for entry in entries):
+            return True
+    return False
 
 
 class _LoadedModule:
