@@ -21,7 +21,7 @@ import types
 
 from fl_patch.activation import sources as _sources
 from fl_patch.activation.runtime import RUNTIME
-from fl_patch.activation.settings import Settings, closest, enabled, misspelled_names, unrecognised_values
+from fl_patch.activation.settings import ENV, Settings, closest, enabled, misspelled_names, unrecognised_values
 from fl_patch.compat import flagscale_tree as _flagscale
 from fl_patch.core.errors import warn
 from fl_patch.hooks import PatchingFinder, PathHookWatchdog
@@ -33,6 +33,12 @@ __all__ = ["current_finder", "install", "is_installed", "load_sources", "uninsta
 def _load_deferred_sources() -> None:
     engine = RUNTIME.engine
     settings = engine.settings
+    if RUNTIME.missing_registries:
+        # Not on sys.path at install (a tool this process is, whose path does not reach the job's
+        # directory; or a program that extends sys.path before importing megatron): megatron
+        # loads now, so now it is the job's problem, said once (strict: this import stops).
+        names, RUNTIME.missing_registries = tuple(RUNTIME.missing_registries), []
+        _sources.load_registry_modules(names, RUNTIME.registry, RUNTIME.problems)
     if settings.packs is None:
         # Every shipped pack (nobody named one): only now that megatron itself loads, and first,
         # so that their torch targets are in place before megatron's own modules run.
@@ -128,10 +134,23 @@ def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
     if settings.packs is not None:  # named by the user (FL_PATCH_PACKS, --packs): what they asked for, now
         _sources.load_packs(settings.packs, RUNTIME.registry, RUNTIME.problems)
     if registries:
-        _sources.load_registry_modules(settings.registry_modules, RUNTIME.registry, RUNTIME.problems)
+        # A registry module this process cannot find is the job's problem only in the program the
+        # launcher runs, or once megatron loads here; pip, `python -c ...`, a compile worker, whose
+        # sys.path does not reach the job's directory, are not disturbed (docs/reliability.md,
+        # blast radius): it is looked for again when megatron loads (_load_deferred_sources).
+        missing: list[str] | None = None if _launched_program() else []
+        _sources.load_registry_modules(settings.registry_modules, RUNTIME.registry, RUNTIME.problems, missing=missing)
+        RUNTIME.missing_registries = missing or []
     _check_preferred_near_misses(settings)
     RUNTIME.engine.defer(_load_deferred_sources)
     RUNTIME.sources_loaded = True
+
+
+def _launched_program() -> bool:
+    """Whether this process is the program ``python -m fl_patch`` runs (it keeps the launcher's pid)."""
+    import os
+
+    return os.environ.get(ENV.LAUNCHED) == str(os.getpid())
 
 
 def install() -> bool:

@@ -87,6 +87,7 @@ def exec_program(program: Sequence[str], *, in_process: bool = False) -> int:
     or where ``exec`` does not exist.
     """
     os.environ.update(child_environment(dict(os.environ)))
+    os.environ[ENV.LAUNCHED] = str(os.getpid())  # the program is this process (exec keeps the pid)
     options = interpreter_options()
     flags = _unreachable_flags(options)
     if not sys.executable:  # an embedded interpreter: there is no python to exec

@@ -33,7 +33,7 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 
 from fl_patch.activation.runtime import RUNTIME
-from fl_patch.activation.settings import strict_requested
+from fl_patch.activation.settings import ENV, strict_requested
 from fl_patch.core.errors import FlPatchError, warn
 
 __all__ = ["activate", "armed"]
@@ -139,6 +139,34 @@ def _inside_loaded_root(path: str, roots: frozenset[str]) -> bool:
     return False
 
 
+class _StartedWhileLoading:
+    """In a process started while its parent loaded registries: says so if megatron is imported here."""
+
+    def __init__(self, parent: str) -> None:
+        self.parent = parent
+        self.fired = False
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if self.fired or fullname.partition(".")[0] != "megatron":
+            return None
+        self.fired = True
+        message = (
+            f"fl_patch: this process (pid {os.getpid()}) was started by plugin code while process {self.parent} "
+            "was loading fl_patch's registries (a registry that probes the machine in a Python subprocess, say); "
+            "it does not load them again (that would start such a process without end), so megatron runs here "
+            f"unpatched ({ENV.LOADING}={self.parent})"
+        )
+        if strict_requested():
+            raise FlPatchError(message)
+        warn(message, stacklevel=3)
+        return None
+
+    def invalidate_caches(self) -> None:
+        pass
+
+
 class _LoadedModule:
     """A loader that hands the import system a module that already exists, and runs nothing."""
 
@@ -184,6 +212,12 @@ def activate(bootstrap_dir: str) -> None:
 
         settings = Settings.from_environ()
         if not settings.enabled:
+            return
+        loading = os.environ.get(ENV.LOADING, "")
+        if loading and loading != str(os.getpid()):
+            # Started by plugin code while its parent was loading it (sources.loading): loading
+            # the same registries here would start another such child, without end.
+            sys.meta_path.insert(0, _StartedWhileLoading(loading))
             return
         if settings.watch_children:
             from fl_patch.activation.children import watch
