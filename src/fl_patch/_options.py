@@ -118,7 +118,13 @@ OPTIONS: tuple[Option, ...] = (
         variable=ENV.ENTRY_POINTS,
         value="0",
     ),
-    Option(("--no-flagscale",), "switch", "ignore a FlagScale plugin tree", variable=ENV.FLAGSCALE, value="0"),
+    Option(
+        ("--no-flagscale",),
+        "switch",
+        "ignore a FlagScale plugin tree (FL_PATCH_FLAGSCALE=1: also one next to the script or in the cwd)",
+        variable=ENV.FLAGSCALE,
+        value="0",
+    ),
     Option(
         ("--no-cuda-on-cpu",),
         "switch",
