@@ -253,12 +253,17 @@ _PROBES = {
 def _fork_bomb_cases() -> list[HostileCase]:
     cases = []
     for probe_name, probe in _PROBES.items():
+        # The case bounds itself (BOMB_DEPTH): a regression shows as LOADS > 1, not as a chain of
+        # processes that outlives the case's timeout (which kills only the first of them).
         registry = (
             "import os, sys\n"
             "with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'loads.txt'), 'a') as f:\n"
             "    f.write('x')\n"
-            f"{probe}\n"
-            "assert out.strip(), 'the probe printed nothing'\n"
+            "depth = int(os.environ.get('BOMB_DEPTH', '0'))\n"
+            "os.environ['BOMB_DEPTH'] = str(depth + 1)\n"
+            "if depth < 4:\n"
+            + "".join(f"    {line}\n" for line in probe.splitlines())
+            + "    assert out.strip(), 'the probe printed nothing'\n"
             "from fl_patch import register\n"
             "register('usermod.f', 'impl_mod.f')\n"
         )
