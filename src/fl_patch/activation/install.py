@@ -39,7 +39,7 @@ def _load_deferred_sources() -> None:
         # loads now, so now it is the job's problem, said once (strict: this import stops).
         names, RUNTIME.missing_registries = tuple(RUNTIME.missing_registries), []
         _sources.load_registry_modules(names, RUNTIME.registry, RUNTIME.problems)
-    if settings.packs is None:
+    if not _packs_named(settings):
         # Every shipped pack (nobody named one): only now that megatron itself loads, and first,
         # so that their torch targets are in place before megatron's own modules run.
         _sources.load_packs(None, RUNTIME.registry, RUNTIME.problems)
@@ -131,7 +131,7 @@ def _configure(settings: Settings) -> None:
 def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
     if RUNTIME.sources_loaded:
         return
-    if settings.packs is not None:  # named by the user (FL_PATCH_PACKS, --packs): what they asked for, now
+    if _packs_named(settings):  # what the user asked for, now
         _sources.load_packs(settings.packs, RUNTIME.registry, RUNTIME.problems)
     if registries:
         # A registry module this process cannot find is the job's problem only in the program the
@@ -144,6 +144,13 @@ def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
     _check_preferred_near_misses(settings)
     RUNTIME.engine.defer(_load_deferred_sources)
     RUNTIME.sources_loaded = True
+
+
+def _packs_named(settings: Settings) -> bool:
+    """Whether the user asked for packs before megatron: named them (``FL_PATCH_PACKS``), or named a
+    package whose import activates fl_patch (``FL_PATCH_TRIGGERS=torch``: a pure-torch CUDA script
+    under the CUDA-on-CPU transfer, whose ``torch.cuda`` targets must be in place as torch loads)."""
+    return settings.packs is not None or bool(settings.triggers)
 
 
 def _launched_program() -> bool:

@@ -8,8 +8,9 @@
    entry the user put there (``compat.flagscale_tree``, which also makes its own ``decorators.py``
    and platform detection work with fl_patch).
 
-2, and 1 when ``FL_PATCH_PACKS`` names packs, load at ``install()``. 3, 4 and the default
-packs (all, nobody named them) load when the first megatron module (or a package of
+2, and 1 when the user asked for packs (named them in ``FL_PATCH_PACKS``, or named a trigger
+package in ``FL_PATCH_TRIGGERS``), load at ``install()``. 3, 4 and the default packs (all,
+nobody asked) load when the first megatron module (or a package of
 ``FL_PATCH_TRIGGERS``) starts loading. For the packs that is the blast radius (docs/reliability.md):
 a pack changes nothing in a process that never imports megatron, whatever installed
 fl_patch (registry mode installs at the program's first import, for the user's targets

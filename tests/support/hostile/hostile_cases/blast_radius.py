@@ -79,6 +79,27 @@ def _megatron_named_cases() -> list[HostileCase]:
                     strict_same=True,
                 )
             )
+    # The controls: where the user or real megatron asks for it, the transfer is there.
+    controls = {
+        "real megatron-core imported": ({}, "import megatron.core"),
+        "FL_PATCH_TRIGGERS=torch": ({"FL_PATCH_TRIGGERS": "torch"}, ""),
+    }
+    for asked, (env_extra, prelude) in controls.items():
+        for launch, (prefix, env) in _LAUNCH.items():
+            program = _TORCH_ONLY.replace("{prelude}", prelude).replace(
+                "import torch\n", "import torch\n    torch.cuda.set_device(0)\n", 1
+            )
+            cases.append(
+                HostileCase(
+                    GROUP,
+                    f"{asked}: the CUDA-on-CPU transfer is on ({launch})",
+                    {"main.py": program},
+                    command=(*prefix, "main.py"),
+                    env={**env, **env_extra},
+                    stdout=("CUDA 1 False", "PROGRAM-OK"),
+                    warns=(_TRANSFER_SAID,),
+                )
+            )
     return cases
 
 
