@@ -118,7 +118,13 @@ OPTIONS: tuple[Option, ...] = (
         variable=ENV.ENTRY_POINTS,
         value="0",
     ),
-    Option(("--no-flagscale",), "switch", "ignore a FlagScale plugin tree", variable=ENV.FLAGSCALE, value="0"),
+    Option(
+        ("--no-flagscale",),
+        "switch",
+        "ignore a FlagScale plugin tree (FL_PATCH_FLAGSCALE=1: also one next to the script or in the cwd)",
+        variable=ENV.FLAGSCALE,
+        value="0",
+    ),
     Option(
         ("--no-cuda-on-cpu",),
         "switch",
@@ -136,6 +142,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--in-process",), "local", "run the program in this interpreter (runpy), not a fresh one"),
     Option((), "env", "fl_patch does nothing at all (also 0, false, no, off)", variable=ENV.ENABLED, value="0"),
     Option((), "env", "set by the launcher: the bootstrap directory it put on PYTHONPATH", variable=ENV.BOOTSTRAP),
+    Option((), "env", "set by the launcher: the pid of the program it runs", variable=ENV.LAUNCHED),
+    Option((), "env", "set while registries load: children started then do not load them", variable=ENV.LOADING),
 )
 
 # What to do instead of running a program, and the options that shape their output.

@@ -272,6 +272,15 @@ def help_text(prog: str, width: int | None = None) -> str:
 
 
 # --------------------------------------------------------------------------------------- main
+def _put_cwd_entry_back() -> None:
+    """--list and --check import the user's registry modules here, as python -m would find them (the cwd first)."""
+    import fl_patch
+
+    entry, fl_patch._LAUNCHER_CWD_ENTRY = fl_patch._LAUNCHER_CWD_ENTRY, None
+    if entry is not None:
+        sys.path.insert(0, entry)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m fl_patch`` and ``fl-patch``; returns the exit status."""
     prog = prog_name()
@@ -298,6 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return drift_run(options.against, as_json=options.json, offline=options.offline)
     _warn_near_miss_vendors(options.env.get(ENV.PREFER, ""))
     if options.command in ("list", "check"):
+        _put_cwd_entry_back()
         with _stdout_for_json_only(options.json) as out:
             try:
                 if options.command == "list":

@@ -12,7 +12,10 @@ the child: the functions every launch goes through are wrapped (``os.execv``,
 and forkserver start methods call), and for one that starts Python (an interpreter by
 name, or a script whose ``#!`` line names one, such as ``torchrun``) they give one
 ``FlPatchWarning`` per cause and executable. ``os.execl*``, ``os.spawn*`` and
-``subprocess`` reach these through module globals, so they are seen too.
+``subprocess`` reach these through module globals, so they are seen too. The command
+judged is the one that really runs: behind a shell's ``-c`` line and behind wrappers
+(``env -i``, ``timeout``, ``nice``, ``sudo``... read by their own option rules in
+``activation/wrappers.py``), with the environment they give it.
 
 Why wrappers and not an audit hook (PEP 578), which sees the same launches: an audit
 hook is a Python call on *every* audited event, and importing megatron-core raises
@@ -35,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from fl_patch.activation.interpreter_options import ISOLATION_FLAGS, parse_options
 from fl_patch.activation.settings import ENV
+from fl_patch.activation.wrappers import WRAPPERS, unwrap
 from fl_patch.core.errors import warn
 
 __all__ = ["PACKAGE_BOOTSTRAP", "diagnose", "interpreter_flags", "watch"]
@@ -148,14 +152,44 @@ def _launch(
         argv = [argv]
     words = [_text(a) for a in argv] if isinstance(argv, Sequence) else []
     exe = _text(executable) if executable is not None else (words[0] if words else "")
-    environ = _environ(env)
-    if os.path.basename(exe) in _SHELLS and len(words) >= 3 and words[1] == "-c":
-        return _from_shell(words[2], environ)
+    return _command(exe, words, _environ(env))
+
+
+def _command(
+    exe: str, words: list[str], environ: dict[str, str] | None, depth: int = 0
+) -> tuple[str, list[str], dict[str, str] | None] | None:
+    """The command a launch really runs: through a shell's ``-c`` line and every wrapper
+    (``env -i``, ``timeout``, ``nice``... ``activation/wrappers.py``), with the environment it gets."""
+    if depth > 8:  # sh -c "sh -c '...'" nested without end: judge no further
+        return None
+    script = _shell_command(exe, words)
+    if script is not None:
+        return _from_shell(script, environ, depth)
+    if os.path.basename(exe) in WRAPPERS or (words and os.path.basename(words[0]) in WRAPPERS):
+        unwrapped = unwrap(words or [exe], os.environ if environ is None else environ, environ is not None)
+        if unwrapped is None:
+            return None
+        inner, env, explicit = unwrapped
+        return _command(inner[0], inner, env if explicit else None, depth + 1)
     return exe, words, environ
 
 
-def _from_shell(command: str, env: dict[str, str] | None) -> tuple[str, list[str], dict[str, str] | None] | None:
-    """The first simple command of a shell line, with its ``VAR=value`` and ``env`` prefixes."""
+def _shell_command(exe: str, words: list[str]) -> str | None:
+    """The command line of ``sh -c LINE`` (``bash -lc LINE``, ``sh -e -c LINE``), else None."""
+    if os.path.basename(exe) not in _SHELLS:
+        return None
+    for i, word in enumerate(words[1:], 1):
+        if not word.startswith("-") or word.startswith("--") or word == "-":
+            return None
+        if "c" in word[1:]:
+            return words[i + 1] if i + 1 < len(words) else None
+    return None
+
+
+def _from_shell(
+    command: str, env: dict[str, str] | None, depth: int = 0
+) -> tuple[str, list[str], dict[str, str] | None] | None:
+    """The first simple command of a shell line, with its ``VAR=value`` prefixes and wrappers."""
     import shlex
 
     try:
@@ -165,23 +199,15 @@ def _from_shell(command: str, env: dict[str, str] | None) -> tuple[str, list[str
     environ = dict(os.environ if env is None else env)
     explicit = env is not None
     while words:
-        word = words[0]
-        if word == "env" or os.path.basename(word) == "env":
-            words.pop(0)
-            while words and words[0].startswith("-"):
-                if words.pop(0) in ("-i", "--ignore-environment", "-"):
-                    environ, explicit = {}, True
-            continue
-        name, eq, value = word.partition("=")
-        if eq and name.isidentifier():
-            environ[name] = value
-            explicit = True
-            words.pop(0)
-            continue
-        break
+        name, eq, value = words[0].partition("=")
+        if not (eq and name.isidentifier()):
+            break
+        environ[name] = value
+        explicit = True
+        words.pop(0)
     if not words:
         return None
-    return words[0], words, environ if explicit else None
+    return _command(words[0], words, environ if explicit else None, depth + 1)
 
 
 def _is_python_name(path: str) -> bool:

@@ -21,7 +21,7 @@ import types
 
 from fl_patch.activation import sources as _sources
 from fl_patch.activation.runtime import RUNTIME
-from fl_patch.activation.settings import Settings, closest, enabled, misspelled_names, unrecognised_values
+from fl_patch.activation.settings import ENV, Settings, closest, enabled, misspelled_names, unrecognised_values
 from fl_patch.compat import flagscale_tree as _flagscale
 from fl_patch.core.errors import warn
 from fl_patch.hooks import PatchingFinder, PathHookWatchdog
@@ -33,6 +33,16 @@ __all__ = ["current_finder", "install", "is_installed", "load_sources", "uninsta
 def _load_deferred_sources() -> None:
     engine = RUNTIME.engine
     settings = engine.settings
+    if RUNTIME.missing_registries:
+        # Not on sys.path at install (a tool this process is, whose path does not reach the job's
+        # directory; or a program that extends sys.path before importing megatron): megatron
+        # loads now, so now it is the job's problem, said once (strict: this import stops).
+        names, RUNTIME.missing_registries = tuple(RUNTIME.missing_registries), []
+        _sources.load_registry_modules(names, RUNTIME.registry, RUNTIME.problems)
+    if not _packs_named(settings):
+        # Every shipped pack (nobody named one): only now that megatron itself loads, and first,
+        # so that their torch targets are in place before megatron's own modules run.
+        _sources.load_packs(None, RUNTIME.registry, RUNTIME.problems)
     if settings.entry_points:
         _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems)
     if settings.flagscale_tree:
@@ -121,12 +131,33 @@ def _configure(settings: Settings) -> None:
 def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
     if RUNTIME.sources_loaded:
         return
-    _sources.load_packs(settings.packs, RUNTIME.registry, RUNTIME.problems)
+    if _packs_named(settings):  # what the user asked for, now
+        _sources.load_packs(settings.packs, RUNTIME.registry, RUNTIME.problems)
     if registries:
-        _sources.load_registry_modules(settings.registry_modules, RUNTIME.registry, RUNTIME.problems)
+        # A registry module this process cannot find is the job's problem only in the program the
+        # launcher runs, or once megatron loads here; pip, `python -c ...`, a compile worker, whose
+        # sys.path does not reach the job's directory, are not disturbed (docs/reliability.md,
+        # blast radius): it is looked for again when megatron loads (_load_deferred_sources).
+        missing: list[str] | None = None if _launched_program() else []
+        _sources.load_registry_modules(settings.registry_modules, RUNTIME.registry, RUNTIME.problems, missing=missing)
+        RUNTIME.missing_registries = missing or []
     _check_preferred_near_misses(settings)
     RUNTIME.engine.defer(_load_deferred_sources)
     RUNTIME.sources_loaded = True
+
+
+def _packs_named(settings: Settings) -> bool:
+    """Whether the user asked for packs before megatron: named them (``FL_PATCH_PACKS``), or named a
+    package whose import activates fl_patch (``FL_PATCH_TRIGGERS=torch``: a pure-torch CUDA script
+    under the CUDA-on-CPU transfer, whose ``torch.cuda`` targets must be in place as torch loads)."""
+    return settings.packs is not None or bool(settings.triggers)
+
+
+def _launched_program() -> bool:
+    """Whether this process is the program ``python -m fl_patch`` runs (it keeps the launcher's pid)."""
+    import os
+
+    return os.environ.get(ENV.LAUNCHED) == str(os.getpid())
 
 
 def install() -> bool:

@@ -87,6 +87,7 @@ def exec_program(program: Sequence[str], *, in_process: bool = False) -> int:
     or where ``exec`` does not exist.
     """
     os.environ.update(child_environment(dict(os.environ)))
+    os.environ[ENV.LAUNCHED] = str(os.getpid())  # the program is this process (exec keeps the pid)
     options = interpreter_options()
     flags = _unreachable_flags(options)
     if not sys.executable:  # an embedded interpreter: there is no python to exec
@@ -123,11 +124,15 @@ def run_in_process(program: Sequence[str]) -> int:
     # to the script must be importable when fl_patch reads the registries.
     if not sys.flags.safe_path:
         if mode == "-m":
-            sys.path[0] = os.getcwd()
+            first = os.getcwd()
         elif mode == "-c":
-            sys.path[0] = ""
+            first = ""
         else:
-            sys.path[0] = os.path.dirname(os.path.realpath(rest[0]))
+            first = os.path.dirname(os.path.realpath(rest[0]))
+        if _cwd_entry_taken_off():
+            sys.path.insert(0, first)  # the launcher took python -m's entry off (fl_patch/__init__.py)
+        else:
+            sys.path[0] = first
     activate(PACKAGE_BOOTSTRAP)
     try:
         if mode == "-m":
@@ -149,6 +154,14 @@ def run_in_process(program: Sequence[str]) -> int:
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # 3.11 prints exc.__traceback__
         return 1
     return 0
+
+
+def _cwd_entry_taken_off() -> bool:
+    import fl_patch
+
+    taken = fl_patch._LAUNCHER_CWD_ENTRY is not None
+    fl_patch._LAUNCHER_CWD_ENTRY = None  # once: the entry is back
+    return taken
 
 
 def _split(program: Sequence[str]) -> tuple[str, list[str]]:

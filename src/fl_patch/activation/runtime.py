@@ -38,6 +38,7 @@ class Runtime:
         self.gpu_only_finder: Any = None  # the GpuOnlyFinder, last in sys.meta_path while installed
         self.path_hook: Any = None  # its watchdog in sys.path_hooks (hooks._watchdog)
         self.sources_loaded = False  # packs and FL_PATCH_REGISTRY modules imported
+        self.missing_registries: list[str] = []  # FL_PATCH_REGISTRY modules not found at install: again with megatron
         self.trigger: Any = None  # _startup's activation trigger in sys.meta_path
         self.bootstrap_ran = False  # _startup.activate() ran in this process
         self.child_watch: Any = None  # _children.ChildWatch, once launches are watched

@@ -40,6 +40,8 @@ class ENV:
     TRIGGERS = "FL_PATCH_TRIGGERS"  # packages whose first import activates fl_patch, besides megatron
     TRACEBACK = "FL_PATCH_TRACEBACK"  # "1": strict errors are shown with their traceback
     CUDA_ON_CPU = "FL_PATCH_CUDA_ON_CPU"  # "0": no CUDA-on-CPU transfer where there is no GPU (the cuda_on_cpu pack)
+    LAUNCHED = "FL_PATCH_LAUNCHED"  # set by the launcher: the pid of the program it runs (exec keeps the pid)
+    LOADING = "FL_PATCH_LOADING"  # set while a process loads registries: the children it starts meanwhile skip them
 
 
 _SWITCHES = (

@@ -8,9 +8,17 @@
    entry the user put there (``compat.flagscale_tree``, which also makes its own ``decorators.py``
    and platform detection work with fl_patch).
 
-1 and 2 load at ``install()``. 3 and 4 are discovered when the first megatron module
-starts loading: scanning installed distributions and probing a namespace package
-cost milliseconds that a process which never imports megatron should not pay.
+2, and 1 when the user asked for packs (named them in ``FL_PATCH_PACKS``, or named a trigger
+package in ``FL_PATCH_TRIGGERS``), load at ``install()``. 3, 4 and the default packs (all,
+nobody asked) load when the first megatron module (or a package of
+``FL_PATCH_TRIGGERS``) starts loading. For the packs that is the blast radius (docs/reliability.md):
+a pack changes nothing in a process that never imports megatron, whatever installed
+fl_patch (registry mode installs at the program's first import, for the user's targets
+only: a program that patches ``json.dumps`` gets neither the CPU pack's ``typing.override``
+nor the CUDA-on-CPU transfer of torch). A pack's registration for a target and vendor
+the user's registry module registered too yields to the user's. For 3 and 4, scanning
+installed distributions and probing a namespace package cost milliseconds that a process
+which never imports megatron should not pay.
 A source that fails is a problem (one warning, or an error in strict mode) and
 contributes nothing, not even the registrations it made before failing; the
 others still load.
@@ -18,12 +26,18 @@ others still load.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.machinery
+import os
 import types
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from fl_patch.activation.settings import ENV
 from fl_patch.impls import PACKS
+
+ENV_LOADING = ENV.LOADING
 
 if TYPE_CHECKING:
     from fl_patch.core.errors import ProblemSink
@@ -40,11 +54,26 @@ __all__ = [
 ENTRY_POINT_GROUP = "fl_patch.registries"
 
 
-def import_source(module_name: str, what: str, registry: Registry, problems: ProblemSink) -> types.ModuleType | None:
-    """Import a registry module (``pkg.mod``), or import one and call its function (``pkg.mod:function``)."""
+class _Missing(Exception):
+    """A registry module that is not on this process's ``sys.path`` (``missing_ok``)."""
+
+
+def import_source(
+    module_name: str,
+    what: str,
+    registry: Registry,
+    problems: ProblemSink,
+    *,
+    yield_to_existing: bool = False,
+    missing_ok: bool = False,
+) -> types.ModuleType | None:
+    """Import a registry module (``pkg.mod``), or import one and call its function (``pkg.mod:function``).
+
+    ``missing_ok``: a module that does not exist here raises ``_Missing`` instead of being a problem.
+    """
     module_name, _, function = module_name.partition(":")
     try:
-        with registry.atomically():
+        with registry.atomically(yield_to_existing=yield_to_existing), loading():
             module = importlib.import_module(module_name)
             if function:
                 getattr(module, function)()
@@ -52,6 +81,8 @@ def import_source(module_name: str, what: str, registry: Registry, problems: Pro
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001  (a broken registry, even one that calls sys.exit, must not end the run)
+        if missing_ok and _is_itself_missing(exc, module_name):
+            raise _Missing(module_name) from None
         if _is_itself_missing(exc, module_name):
             # Nothing of the user's ran: no line of theirs to point at; say where Python looked.
             problems.problem(
@@ -122,13 +153,48 @@ def load_packs(names: tuple[str, ...] | None, registry: Registry, problems: Prob
         if registry_module is None:
             problems.problem(f"fl_patch: FL_PATCH_PACKS names unknown pack {name!r} (shipped: {', '.join(PACKS)})")
             continue
-        if import_source(registry_module, "pack registry", registry, problems) is not None:
+        if import_source(registry_module, "pack registry", registry, problems, yield_to_existing=True) is not None:
             loaded.append(name)
     return loaded
 
 
-def load_registry_modules(names: tuple[str, ...], registry: Registry, problems: ProblemSink) -> list[str]:
-    return [name for name in names if import_source(name, "registry module", registry, problems) is not None]
+def load_registry_modules(
+    names: tuple[str, ...], registry: Registry, problems: ProblemSink, *, missing: list[str] | None = None
+) -> list[str]:
+    """Import each registry module; with ``missing``, those not on ``sys.path`` are put there, not reported."""
+    loaded = []
+    for name in names:
+        try:
+            if import_source(name, "registry module", registry, problems, missing_ok=missing is not None) is not None:
+                loaded.append(name)
+        except _Missing:
+            missing.append(name)  # type: ignore[union-attr]  (missing_ok is set only with a list)
+    return loaded
+
+
+@contextlib.contextmanager
+def loading() -> Iterator[None]:
+    """While plugin code loads, the children it starts know it (``FL_PATCH_LOADING``): they do not load it again.
+
+    A registry that probes the machine in a Python subprocess at import
+    (``subprocess.run([sys.executable, "-c", ...])``) starts a process that inherits the
+    environment, so fl_patch would load the registry there too, which starts another: a fork
+    bomb. The bound is by cause: a process started while its parent was loading registries is
+    that loading's helper, not a job; it does not load registries (``startup.activate``). The
+    variable names the loading process's pid; it is removed again when the outermost
+    loading ends (plugin code that starts a child *after* loading, a worker say, is not
+    affected).
+    """
+    key = ENV_LOADING
+    previous = os.environ.get(key)
+    os.environ[key] = str(os.getpid())
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = previous
 
 
 def load_entry_points(registry: Registry, problems: ProblemSink) -> list[str]:
@@ -144,7 +210,7 @@ def load_entry_points(registry: Registry, problems: ProblemSink) -> list[str]:
     for entry_point in entry_points:
         label = f"{entry_point.name} = {entry_point.value}"
         try:
-            with registry.atomically():
+            with registry.atomically(), loading():
                 obj = entry_point.load()
                 if callable(obj) and not isinstance(obj, types.ModuleType):
                     obj()

@@ -33,7 +33,7 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 
 from fl_patch.activation.runtime import RUNTIME
-from fl_patch.activation.settings import strict_requested
+from fl_patch.activation.settings import ENV, strict_requested
 from fl_patch.core.errors import FlPatchError, warn
 
 __all__ = ["activate", "armed"]
@@ -102,7 +102,7 @@ class _ArmedPathHook:
 
     def __call__(self, path: str) -> object:
         trigger = self.trigger
-        if trigger.armed and not _site_running() and trigger.roots.intersection(str(path).split(os.sep)):
+        if trigger.armed and not _site_running() and _inside_loaded_root(str(path), trigger.roots):
             trigger.armed = False
             try:
                 _install()
@@ -110,6 +110,61 @@ class _ArmedPathHook:
                 trigger.armed = True
                 raise
         raise ImportError("fl_patch's start-up path hook handles no path")
+
+
+def _inside_loaded_root(path: str, roots: frozenset[str]) -> bool:
+    """Whether ``path`` is searched as (a directory inside) a trigger package that has been imported.
+
+    That is the evidence the path hook acts on: the import system searches a directory of
+    ``megatron.__path__`` only to import a submodule of the ``megatron`` package it already
+    imported. A directory merely *named* ``megatron`` is no evidence: a script in
+    ``~/megatron/``, a venv or data directory called ``megatron``, a ``sys.path`` entry under
+    ``/x/megatron/...`` are searched for every import (``import torch`` included), and
+    installing there (inside the search for ``torch``, which installing may import: torch
+    was then imported twice, ``RuntimeError: Only a single TORCH_LIBRARY ...``) patched
+    programs that never touch megatron.
+    """
+    for root in roots:
+        package = sys.modules.get(root)
+        locations = getattr(package, "__path__", None)
+        if locations is None:
+            continue
+        try:
+            entries = [os.path.abspath(entry) for entry in list(locations)]
+        except TypeError:  # a __path__ that is not a list of strings: no evidence
+            continue
+        here = os.path.abspath(path)
+        if any(here == entry or here.startswith(entry + os.sep) for entry in entries):
+            return True
+    return False
+
+
+class _StartedWhileLoading:
+    """In a process started while its parent loaded registries: says so if megatron is imported here."""
+
+    def __init__(self, parent: str) -> None:
+        self.parent = parent
+        self.fired = False
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if self.fired or fullname.partition(".")[0] != "megatron":
+            return None
+        self.fired = True
+        message = (
+            f"fl_patch: this process (pid {os.getpid()}) was started by plugin code while process {self.parent} "
+            "was loading fl_patch's registries (a registry that probes the machine in a Python subprocess, say); "
+            "it does not load them again (that would start such a process without end), so megatron runs here "
+            f"unpatched ({ENV.LOADING}={self.parent})"
+        )
+        if strict_requested():
+            raise FlPatchError(message)
+        warn(message, stacklevel=3)
+        return None
+
+    def invalidate_caches(self) -> None:
+        pass
 
 
 class _LoadedModule:
@@ -157,6 +212,12 @@ def activate(bootstrap_dir: str) -> None:
 
         settings = Settings.from_environ()
         if not settings.enabled:
+            return
+        loading = os.environ.get(ENV.LOADING, "")
+        if loading and loading != str(os.getpid()):
+            # Started by plugin code while its parent was loading it (sources.loading): loading
+            # the same registries here would start another such child, without end.
+            sys.meta_path.insert(0, _StartedWhileLoading(loading))
             return
         if settings.watch_children:
             from fl_patch.activation.children import watch

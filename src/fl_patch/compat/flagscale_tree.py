@@ -1,8 +1,11 @@
 """A FlagScale plugin tree, unchanged: FlagScale's Megatron-LM-FL ``megatron/plugin/``, or one laid out like it.
 
 **Found** as ``megatron/plugin/override_registry.py`` in a ``sys.path`` entry the user put
-there (``PYTHONPATH``, site-packages), never one that is there only as the current
-directory. ``megatron`` is a namespace package shared with megatron-core.
+there (``PYTHONPATH``, site-packages, the program's own ``sys.path`` edits), never one that is
+there only because Python puts the current directory or the script's directory first;
+``FL_PATCH_FLAGSCALE=1`` names those too. A tree found only there is not loaded, and
+that is said once on stderr with how to use it. ``megatron`` is a namespace package shared
+with megatron-core.
 
 **Its registrations reach fl_patch** whatever its ``decorators.py``:
 
@@ -61,27 +64,54 @@ class Tree:
     regular_package: str | None  # a megatron/__init__.py in the tree, which hides megatron-core
 
 
-def _named_path_entries() -> list[str]:
-    """sys.path entries except those present only as the current directory."""
-    named = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+def _implicit_entries() -> set[str]:
+    """The directories Python itself put on ``sys.path`` for this program: the current directory
+    (``-m``, ``-c``, the REPL) and the script's directory (``python dir/train.py``)."""
+    implicit = {os.path.realpath(os.getcwd())}
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    if isinstance(script, str) and script:
+        implicit.add(os.path.realpath(os.path.dirname(os.path.abspath(script))))
+    return implicit
+
+
+def _named_path_entries(*, anywhere: bool = False) -> list[str]:
+    """sys.path entries someone named: ``PYTHONPATH``, site-packages, ``.pth`` files, the program's own
+    ``sys.path`` edits; not those present only because Python puts the current directory or the
+    script's directory there (``anywhere``: those too, as ``FL_PATCH_FLAGSCALE=1`` asks).
+
+    A tree is code that replaces megatron's: one that runs because it sits next to a script or
+    in the directory a job was started from (a checkout, a download, a shared scratch
+    directory) runs although nobody asked for it (docs/reliability.md, blast radius).
+    """
+    named = {os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    implicit = set() if anywhere else _implicit_entries() - named
     cwd = os.getcwd()
     entries = []
     for entry in sys.path:
         absolute = os.path.abspath(entry) if entry else cwd
-        if (entry == "" or absolute == cwd) and absolute not in named:
+        if os.path.realpath(absolute) in implicit:
             continue
         entries.append(absolute)
     return entries
 
 
-def find_tree() -> Tree | None:
+def _asked_for_anywhere() -> bool:
+    from fl_patch.activation.settings import ENV
+
+    return os.environ.get(ENV.FLAGSCALE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def find_tree(*, anywhere: bool | None = None) -> Tree | None:
+    """The tree on a named ``sys.path`` entry (``anywhere``: on any; None: as ``FL_PATCH_FLAGSCALE`` says)."""
+    if anywhere is None:
+        anywhere = _asked_for_anywhere()
     megatron = sys.modules.get("megatron")
     if megatron is not None:
         search = list(getattr(megatron, "__path__", []) or [])
     else:  # --list runs before any megatron import: ask where the namespace package would be
         spec = importlib.machinery.PathFinder.find_spec("megatron")
         search = list(spec.submodule_search_locations or []) if spec is not None else []
-    allowed = _named_path_entries()
+    allowed = _named_path_entries(anywhere=anywhere)
     roots = [p for p in search if os.path.dirname(os.path.abspath(p)) in allowed]
     if not roots:
         return None
@@ -118,6 +148,7 @@ def load_tree(registry: Registry, problems: ProblemSink, engine: Engine, *, hook
 
     tree = find_tree()
     if tree is None:
+        _say_not_used(find_tree(anywhere=True))
         return None
     if tree.regular_package is not None:
         problems.problem(
@@ -160,6 +191,21 @@ def _say_loaded(tree: Tree, registry: Registry) -> None:
     sys.stderr.write(
         f"fl_patch: FlagScale plugin tree loaded from {where} ({count} registration(s); "
         "--no-flagscale or FL_PATCH_FLAGSCALE=0 ignores it)\n"
+    )
+
+
+def _say_not_used(tree: Tree | None) -> None:
+    """Once (rank 0, not in a multiprocessing child): a tree sits where Python looks only by default, unused."""
+    import multiprocessing
+
+    if tree is None or os.environ.get("RANK", "0") != "0" or multiprocessing.parent_process() is not None:
+        return
+    where = tree.plugin_dirs[0] if tree.plugin_dirs else "?"
+    parent = os.path.dirname(os.path.dirname(where))
+    sys.stderr.write(
+        f"fl_patch: a FlagScale plugin tree at {where} is not loaded: it is on sys.path only as the current "
+        f"or the script's directory, and nobody named it. To use it, put {parent} on PYTHONPATH, or set "
+        "FL_PATCH_FLAGSCALE=1\n"
     )
 
 

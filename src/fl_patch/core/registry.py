@@ -81,9 +81,14 @@ class Registry:
         self._commit([registration])
         return registration
 
-    def _commit(self, registrations: list[Registration]) -> None:
+    def _commit(self, registrations: list[Registration], *, yield_to_existing: bool = False) -> None:
         replaced: list[tuple[Registration, Registration]] = []
         with self._lock:
+            if yield_to_existing:
+                # A shipped pack loads at the first megatron import, after the user's registry
+                # modules: the user's registration for the same target and vendor still wins,
+                # as it did when packs loaded first and the user's replaced theirs.
+                registrations = [r for r in registrations if not self._has(r.target, r.vendor)]
             for registration in registrations:
                 target = self._targets.get(registration.target)
                 if target is None:
@@ -100,9 +105,16 @@ class Registry:
             for listener in list(self._listeners):
                 listener(registrations)
 
+    def _has(self, target: str, vendor: str) -> bool:
+        found = self._targets.get(target)
+        return found is not None and vendor in found.vendors()
+
     @contextmanager
-    def atomically(self) -> Iterator[None]:
+    def atomically(self, *, yield_to_existing: bool = False) -> Iterator[None]:
         """Registrations made inside count only if the block finishes.
+
+        ``yield_to_existing``: those for a target and vendor registered already are dropped
+        (a shipped pack's, loaded after the user's registries).
 
         A registry module that fails half-way contributes nothing: half a plugin (a
         patched forward without its patched backward, say) is worse than none. Until
@@ -118,7 +130,7 @@ class Registry:
         if outer is not None:
             outer.extend(pending)
         else:
-            self._commit(pending)
+            self._commit(pending, yield_to_existing=yield_to_existing)
 
     def _index(self, target: Target) -> None:
         node = self._root

@@ -23,7 +23,7 @@ import importlib
 import sys
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Protocol
 
 from fl_patch.core.apply import (
@@ -60,7 +60,7 @@ class PatchContext(Protocol):
     lock: threading.RLock
     call_counter: Callable[[str, object], object] | None
 
-    def vendors(self) -> tuple[str, ...]: ...
+    def vendors(self, among: Collection[str] | None = None) -> tuple[str, ...]: ...
 
     def disabled(self, target: Target) -> bool: ...
 
@@ -118,7 +118,7 @@ class Target(TargetRecords):
     ) -> AppliedPatch | None:
         """Put the best usable impl in place of the target inside ``module`` (named ``owner``)."""
         self.module = owner
-        selection = self.select(ctx.vendors(), ctx.disabled(self))
+        selection = self.select(ctx.vendors(self.vendors()), ctx.disabled(self))
         if not selection.candidates:
             self._unselected(selection)
             return None
@@ -192,7 +192,7 @@ class Target(TargetRecords):
     def provide_module(self, ctx: PatchContext, *, has_upstream: bool) -> types.ModuleType | None:
         """The replacement for a whole-module target, imported before its upstream module ever is."""
         try:
-            vendors = ctx.vendors()
+            vendors = ctx.vendors(self.vendors())
         except PlatformNotReady:
             cause = "its module was imported while torch itself was importing, before a vendor could be chosen"
             self._set(Status.WAITING, cause)
@@ -219,7 +219,7 @@ class Target(TargetRecords):
 
     def substitute_loaded(self, module: types.ModuleType, ctx: PatchContext) -> AppliedPatch | None:
         """Whole-module replacement of a module that was imported already."""
-        selection = self.select(ctx.vendors(), ctx.disabled(self))
+        selection = self.select(ctx.vendors(self.vendors()), ctx.disabled(self))
         if not selection.candidates:
             self._unselected(selection)
             return None
@@ -312,7 +312,7 @@ class Target(TargetRecords):
         )
 
     def _fallback_note(self, failed: Registration, ctx: PatchContext) -> str:
-        candidates = self.select(ctx.vendors(), ctx.disabled(self)).candidates
+        candidates = self.select(ctx.vendors(self.vendors()), ctx.disabled(self)).candidates
         later = candidates[candidates.index(failed) + 1 :] if failed in candidates else ()
         if later:
             return f"; trying vendor {later[0].vendor!r} ({later[0].impl_name}) instead"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from fl_patch.core.errors import PlatformNotReady, ProblemSink
 
@@ -89,10 +89,16 @@ class VendorChoice:
     def detected(self) -> bool:
         return self._vendors is not None
 
-    def vendors(self) -> tuple[str, ...]:
-        """The priority list. Raises ``PlatformNotReady`` while torch itself is importing (a target
+    def vendors(self, among: Collection[str] | None = None) -> tuple[str, ...]:
+        """The priority list. ``among``: the vendors a target has registrations for. When each of
+        them is ``default`` or named in ``MG_FL_PREFER``, their order is the user's whatever the
+        machine is, so the platform is not detected for it: detecting imports torch, and a
+        program that patches ``json.dumps`` and never imports torch must not get torch for it.
+        Raises ``PlatformNotReady`` while torch itself is importing (a target
         inside torch, met during torch's own import): detecting the accelerator then would read a
         half-built torch and guess wrong, so the target is retried once torch has loaded."""
+        if self._vendors is None and among is not None and set(among) <= {DEFAULT_VENDOR, *self._prefer}:
+            return vendor_priority(self._prefer, "")
         if self._vendors is None:
             if self._platform is None:
                 torch = sys.modules.get("torch")

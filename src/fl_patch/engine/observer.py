@@ -99,9 +99,10 @@ class Engine(CatchUp, Retries, PendingWork):
         """Call ``callback(module)`` right after the body of the module ``name`` ran, before its importer gets it."""
         self._on_load[name] = callback
 
-    def vendors(self) -> tuple[str, ...]:
-        """The vendor priority list (``VendorChoice``); ``PlatformNotReady`` while torch imports."""
-        return self.vendor_choice.vendors()
+    def vendors(self, among: Collection[str] | None = None) -> tuple[str, ...]:
+        """The vendor priority list (``VendorChoice``; ``among``: a target's vendors, see there);
+        ``PlatformNotReady`` while torch imports."""
+        return self.vendor_choice.vendors(among)
 
     def platform_detected(self) -> bool:
         return self.vendor_choice.detected
@@ -138,7 +139,7 @@ class Engine(CatchUp, Retries, PendingWork):
             if following is None:
                 return None
             chain.append(path)
-            candidates = following.select(self.vendors(), self.disabled(following)).candidates
+            candidates = following.select(self.vendors(following.vendors()), self.disabled(following)).candidates
             if not candidates:
                 return None
             impl = candidates[0].impl
@@ -261,7 +262,7 @@ class Engine(CatchUp, Retries, PendingWork):
             if undetected:
                 records.extend(_undetected(target))
             else:
-                records.extend(target.records(self.vendors(), self.disabled(target), self.installed))
+                records.extend(target.records(self.vendors(target.vendors()), self.disabled(target), self.installed))
         return records
 
     def unprocessed_modules(self) -> list[str]:
