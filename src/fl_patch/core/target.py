@@ -38,6 +38,7 @@ from fl_patch.core.apply import (
     revert,
 )
 from fl_patch.core.errors import ImplStillLoading, NotYet, PlatformNotReady
+from fl_patch.core.import_state import plugin_window
 from fl_patch.core.kinds import torchscript_callers
 from fl_patch.core.missing import locate, unusable, upstream_none
 from fl_patch.core.records import Status
@@ -270,7 +271,10 @@ class Target(TargetRecords):
     @staticmethod
     def _import_impl(registration: Registration) -> object:
         try:
-            return load_impl(registration.impl)
+            # Inside someone's import: other threads the impl starts must not wait for it, and
+            # what `import a.b.c` makes reachable must be (core.import_state).
+            with plugin_window():
+                return load_impl(registration.impl)
         except Exception:
             loading = _impl_module_initializing(registration)
             if loading is not None:
