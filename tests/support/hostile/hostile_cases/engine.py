@@ -191,4 +191,101 @@ _CHAIN_MEGATRON = [
     ),
 ]
 
-CASES = [*_DEADLOCK, _DEADLOCK_MEGATRON, *_CHAIN, *_CHAIN_MEGATRON]
+# ------------------------------------------------------------------ registered while its module imports
+# The module's import began before any registration named it (so past the hook); the registration
+# comes from inside its body (before or after the def) or from another thread during the import. The
+# first call by an importer must run the impl.
+
+_REGISTER_IN_BODY = "from fl_patch import register\nregister('{target}', 'impl_mod.f')\n"
+_REGISTER_FROM_THREAD = (
+    "import threading\n"
+    "from fl_patch import register\n"
+    "registering = threading.Thread(target=register, args=('{target}', 'impl_mod.f'))\n"
+    "registering.start()\n"
+    "registering.join()\n"
+)
+_LAUNCH = {
+    "install() in the program": (("{python}", "main.py"), "import fl_patch\nfl_patch.install()\n"),
+    # (armed until a trigger package imports: `trig`, empty, is one in these cases)
+    "python -m fl_patch": (("{python}", "-m", "fl_patch", "main.py"), "import fl_patch, trig\n"),
+}
+
+
+def _registered_while_importing(where: str, when: str, module: str, launch: str) -> HostileCase:
+    command, activation = _LAUNCH[launch]
+    target = f"{module}.f"
+    registering = (_REGISTER_IN_BODY if where == "its own body" else _REGISTER_FROM_THREAD).format(target=target)
+    definition = "def f():\n    return 'upstream'\n"
+    body = registering + definition if when == "before the def" else definition + registering
+    files = {
+        module.replace(".", "/") + ".py": body,
+        "impl_mod.py": "def f():\n    return 'impl'\n",
+        "trig.py": "",
+        "main.py": activation + f"import {module}\nprint('FIRST-CALL=' + {module}.f())\nprint('PROGRAM-OK')\n",
+    }
+    if "." in module:
+        files[module.partition(".")[0] + "/__init__.py"] = ""
+    return HostileCase(
+        SAYING,
+        f"registered from {where}, {when}, while {module} imports ({launch}): first call runs the impl",
+        files,
+        command=command,
+        env={"PYTHONPATH": "{dir}:{src}", "FL_PATCH_PACKS": "none", "FL_PATCH_TRIGGERS": "trig"},
+        stdout=("FIRST-CALL=impl", "PROGRAM-OK"),
+        timeout=30,
+    )
+
+
+_REGISTERED_WHILE_IMPORTING = [
+    _registered_while_importing(where, when, module, launch)
+    for where in ("its own body", "another thread")
+    for when in ("before the def", "after the def")
+    for module in ("solo_mod", "pkg.sub_mod")
+    for launch in _LAUNCH
+    if launch == "install() in the program" or module == "solo_mod"
+]
+
+# ------------------------------------------------------------------ many sys.modules deletions in a body
+# A target module whose body imports a circular importer (which binds `from pkg.target_mod import f`
+# early) and purges many previously loaded modules from sys.modules: the early alias must still be
+# rebound, however many entries the body deleted (there was a bound of 32).
+
+
+def _purge_case(deleted: int, order: str, launch: str) -> HostileCase:
+    command, activation = _LAUNCH[launch]
+    purge = "for name in [n for n in list(sys.modules) if n.startswith('helper_')]:\n    del sys.modules[name]\n"
+    early = "import pkg.early\n"
+    body = "import sys\ndef f():\n    return 'upstream'\n" + (early + purge if order == "after" else purge + early)
+    return HostileCase(
+        NEVER_BREAK,
+        f"body deletes {deleted} sys.modules entries {order} a circular import binds f early ({launch})",
+        {
+            "pkg/__init__.py": "",
+            "pkg/target_mod.py": body,
+            "pkg/early.py": "from pkg.target_mod import f\ndef call():\n    return f()\n",
+            "impl_mod.py": "def f():\n    return 'impl'\n",
+            "trig.py": "",
+            "reg.py": "from fl_patch import register\nregister('pkg.target_mod.f', 'impl_mod.f')\n",
+            "main.py": activation
+            + "import sys, types\n"
+            + f"for i in range({deleted}):\n    sys.modules[f'helper_{{i}}'] = types.ModuleType(f'helper_{{i}}')\n"
+            + "import pkg.target_mod, pkg.early\n"
+            + "print('CALL=' + pkg.target_mod.f())\nprint('EARLY-ALIAS=' + pkg.early.call())\nprint('PROGRAM-OK')\n",
+        },
+        command=command,
+        env={**_ENV, "FL_PATCH_PACKS": "none"},
+        stdout=("CALL=impl", "EARLY-ALIAS=impl", "PROGRAM-OK"),
+        timeout=30,
+    )
+
+
+_PURGES = [_purge_case(n, order, launch) for n in (10, 33, 200) for order in ("before", "after") for launch in _LAUNCH]
+
+CASES = [
+    *_DEADLOCK,
+    _DEADLOCK_MEGATRON,
+    *_CHAIN,
+    *_CHAIN_MEGATRON,
+    *_REGISTERED_WHILE_IMPORTING,
+    *_PURGES,
+]
