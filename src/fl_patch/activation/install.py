@@ -148,6 +148,7 @@ def install() -> bool:
         sys.meta_path.append(RUNTIME.gpu_only_finder)
         RUNTIME.path_hook = PathHookWatchdog(finder, engine)
         sys.path_hooks.insert(0, RUNTIME.path_hook)
+        RUNTIME.path_hook.watch_cached()
         engine.installed = True
     try:
         # The packs and the user's registry modules load with the finder in place and
@@ -197,6 +198,8 @@ def uninstall() -> bool:
         ):
             while hook is not None and hook in hooks:
                 hooks.remove(hook)
+        if RUNTIME.path_hook is not None:
+            RUNTIME.path_hook.release_cached()
         RUNTIME.finder = RUNTIME.path_hook = RUNTIME.gpu_only_finder = None
         engine.installed = False
     engine.revert_all()

@@ -281,6 +281,109 @@ def _purge_case(deleted: int, order: str, launch: str) -> HostileCase:
 
 _PURGES = [_purge_case(n, order, launch) for n in (10, 33, 200) for order in ("before", "after") for launch in _LAUNCH]
 
+# ------------------------------------------------------------------ sys.meta_path restored past the hook
+# A fixture saves sys.meta_path before fl_patch is installed and restores it after; then a target
+# module is imported from a directory the import system has seen before (so no path hook is asked).
+# The module must be patched by its first call, and that the hook had been taken out said, naming it.
+
+_REMOVALS = {
+    "meta_path[:] = saved": ("saved = sys.meta_path[:]\n", "sys.meta_path[:] = saved\n"),
+    "meta_path = saved": ("saved = list(sys.meta_path)\n", "sys.meta_path = saved\n"),
+    "filtered out": (
+        "",
+        "sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith('fl_patch.hooks')]\n",
+    ),
+}
+
+_PLACES = {
+    # module path, the directory it lives in (relative), and what was imported from there before
+    "the program's directory": ("solo_target", "", "import seen_before\n"),
+    "a package imported before": ("pkg.target_mod", "", "import pkg.other\n"),
+    "a second sys.path directory": ("far_target", "far", "import seen_before, far_seen\n"),
+}
+
+
+def _restored_case(removal: str, place: str, launch: str) -> HostileCase:
+    command, _ = _LAUNCH[launch]
+    save, restore = _REMOVALS[removal]
+    module, directory, before = _PLACES[place]
+    prefix = f"{directory}/" if directory else ""
+    activation = "fl_patch.install()\n" if launch == "install() in the program" else "import trig\n"
+    main = (
+        "import sys, fl_patch\n"
+        + before
+        + save
+        + activation
+        + restore
+        + f"import {module}\n"
+        + f"print('FIRST-CALL=' + {module}.f())\n"
+        + "print('STATUS=' + ' '.join(r.status.value for r in fl_patch.report()))\n"
+        + "print('PROGRAM-OK')\n"
+    )
+    files = {
+        "main.py": main,
+        "seen_before.py": "",
+        "trig.py": "",
+        "pkg/__init__.py": "",
+        "pkg/other.py": "",
+        "far/far_seen.py": "",
+        prefix + module.replace(".", "/") + ".py": "def f():\n    return 'upstream'\n",
+        "impl_mod.py": "def f():\n    return 'impl'\n",
+        "reg.py": f"from fl_patch import register\nregister('{module}.f', 'impl_mod.f')\n",
+    }
+    return HostileCase(
+        SAYING,
+        f"sys.meta_path restored ({removal}), target in {place} ({launch}): patched and said",
+        files,
+        command=command,
+        env={
+            "FL_PATCH_REGISTRY": "reg",
+            "FL_PATCH_TRIGGERS": "trig",
+            "FL_PATCH_PACKS": "none",
+            "PYTHONPATH": "{dir}:{dir}/far:{src}",
+        },
+        stdout=("FIRST-CALL=impl", "STATUS=applied", "PROGRAM-OK"),
+        warns=("sys.meta_path", module),
+        timeout=30,
+    )
+
+
+_RESTORED = [
+    _restored_case(removal, place, launch)
+    for removal in _REMOVALS
+    for place in _PLACES
+    for launch in _LAUNCH
+    # (under python -m fl_patch with a registry named, fl_patch installs at the program's first
+    # import, so a copy saved in the program already holds the finder: only filtering removes it)
+    if launch == "install() in the program" or removal == "filtered out"
+]
+
+_RESTORED_MEGATRON = HostileCase(
+    SAYING,
+    "sys.meta_path restored after install(), then megatron.core imported: patched and said",
+    {
+        "main.py": """
+            import sys, fl_patch
+            saved = sys.meta_path[:]
+            fl_patch.install()
+            sys.meta_path[:] = saved
+            import megatron.core.utils as u
+            print('FIRST-CALL=' + str(u.is_torch_min_version('0.0')))
+            print('PROGRAM-OK')
+        """,
+        "impl_mod.py": "def is_torch_min_version(version, check_equality=True):\n    return 'impl'\n",
+        "reg.py": (
+            "from fl_patch import register\n"
+            "register('megatron.core.utils.is_torch_min_version', 'impl_mod.is_torch_min_version')\n"
+        ),
+    },
+    command=("{python}", "main.py"),
+    env=_MEGATRON_ENV,
+    stdout=("FIRST-CALL=impl", "PROGRAM-OK"),
+    warns=("sys.meta_path", "megatron"),
+    timeout=150,
+)
+
 CASES = [
     *_DEADLOCK,
     _DEADLOCK_MEGATRON,
@@ -288,4 +391,6 @@ CASES = [
     *_CHAIN_MEGATRON,
     *_REGISTERED_WHILE_IMPORTING,
     *_PURGES,
+    *_RESTORED,
+    _RESTORED_MEGATRON,
 ]
