@@ -84,6 +84,10 @@ class _TrackedSpec(ModuleSpec):
             _loaded(self)
 
 
+# Named as the class it stands in for: a spec's repr shows its class name.
+_TrackedSpec.__name__ = _TrackedSpec.__qualname__ = "ModuleSpec"
+
+
 def _track(spec: object) -> _State | None:
     """The state of ``spec``, swapping its class in (None when it is not a plain ``ModuleSpec``)."""
     with _LOCK:

@@ -25,6 +25,8 @@ _WORKER_IMPORTS = {
     "the target module": "import pkg.target_mod as seen",
     "its package, still loading": "import pkg as _pkg\nseen = _pkg.target_mod",
     "a module importing it": "import user_mod\nseen = user_mod.target_mod",
+    # binds the original by `from ... import f` while the impl loads: the window's alias sweep rebinds it
+    "a module binding f from it": "import user_bind as seen",
 }
 
 _WAITS = {
@@ -83,6 +85,7 @@ def _deadlock_case(what: str, how: str) -> HostileCase:
             "pkg/__init__.py": package,
             "pkg/target_mod.py": "def f():\n    return 'upstream'\n",
             "user_mod.py": "import pkg.target_mod\nfrom pkg import target_mod\n",
+            "user_bind.py": "from pkg.target_mod import f\n",
             "impl_mod.py": impl,
             "reg.py": "from fl_patch import register\nregister('pkg.target_mod.f', 'impl_mod.f')\n",
         },
