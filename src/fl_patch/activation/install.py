@@ -24,6 +24,7 @@ from fl_patch.activation.runtime import RUNTIME
 from fl_patch.activation.settings import Settings, closest, enabled, misspelled_names, unrecognised_values
 from fl_patch.compat import flagscale_tree as _flagscale
 from fl_patch.core.errors import warn
+from fl_patch.core.import_state import plugin_window
 from fl_patch.hooks import PatchingFinder, PathHookWatchdog
 from fl_patch.hooks.gpu_only import GpuOnlyFinder
 
@@ -154,7 +155,8 @@ def install() -> bool:
         # The packs and the user's registry modules load with the finder in place and
         # outside our lock: they may import anything, megatron included, and what they
         # import is patched.
-        _load_eager_sources(settings, registries=first)
+        with plugin_window():  # plugin code, maybe inside the import that activated fl_patch
+            _load_eager_sources(settings, registries=first)
         if any(name.startswith("megatron.") for name in list(sys.modules)):
             engine.run_deferred()  # megatron is already loaded: no import will trigger it
         engine.apply_loaded_modules()

@@ -20,12 +20,11 @@ not be asked for it — and says so once, naming the module.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from importlib.machinery import ModuleSpec
 from typing import TYPE_CHECKING
-
-import wrapt
 
 from fl_patch.core.errors import warn
 
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
     from ._finder import PatchingFinder
     from ._observer import ImportObserver
 
-__all__ = ["PathHookWatchdog", "WatchingEntryFinder"]
+__all__ = ["PathHookWatchdog", "watched_entry"]
 
 
 class PathHookWatchdog:
@@ -42,6 +41,8 @@ class PathHookWatchdog:
         self._observer = observer
         self.active = True
         self._local = threading.local()
+        # Before this is in sys.path_hooks: importing wrapt from inside the hook would ask the hook.
+        _watching_class()
 
     def __call__(self, path: str) -> object:
         self.put_back(None, None)
@@ -53,7 +54,7 @@ class PathHookWatchdog:
                 entry = hook(path)
             except ImportError:
                 continue
-            return WatchingEntryFinder(entry, self) if hasattr(entry, "find_spec") else entry
+            return watched_entry(entry, self) if hasattr(entry, "find_spec") else entry
         raise ImportError("fl_patch's watchdog: no path hook handles this path")
 
     def put_back(self, fullname: str | None, spec: ModuleSpec | None) -> ModuleSpec | None:
@@ -83,28 +84,45 @@ class PathHookWatchdog:
         """Watch the path-entry finders already in ``sys.path_importer_cache``."""
         cache = sys.path_importer_cache
         for path, entry in list(cache.items()):
-            if entry is not None and hasattr(entry, "find_spec") and not isinstance(entry, WatchingEntryFinder):
-                cache[path] = WatchingEntryFinder(entry, self)
+            if entry is not None and hasattr(entry, "find_spec") and not _is_watching(entry):
+                cache[path] = watched_entry(entry, self)
 
     def release_cached(self) -> None:
         """Put the real path-entry finders back (at uninstall)."""
         self.active = False
         cache = sys.path_importer_cache
         for path, entry in list(cache.items()):
-            if isinstance(entry, WatchingEntryFinder) and entry._self_watchdog is self:
+            if _is_watching(entry) and entry._self_watchdog is self:  # type: ignore[attr-defined]
                 cache[path] = entry.__wrapped__
 
     def __repr__(self) -> str:
         return "<fl_patch PathHookWatchdog>"
 
 
-class WatchingEntryFinder(wrapt.ObjectProxy):  # type: ignore[misc]
-    """A path-entry finder that, at each lookup, checks fl_patch's finder is still in ``sys.meta_path``."""
+@functools.cache
+def _watching_class() -> type:
+    # Made at installation, not when this module is imported: wrapt costs ~25 ms to import, which
+    # an armed process that never installs must not pay.
+    import wrapt
 
-    def __init__(self, entry: object, watchdog: PathHookWatchdog) -> None:
-        super().__init__(entry)
-        self._self_watchdog = watchdog
+    class WatchingEntryFinder(wrapt.ObjectProxy):  # type: ignore[misc]
+        """A path-entry finder that, at each lookup, checks fl_patch's finder is still in ``sys.meta_path``."""
 
-    def find_spec(self, fullname: str, target: object = None) -> ModuleSpec | None:
-        spec = self.__wrapped__.find_spec(fullname, target)
-        return self._self_watchdog.put_back(fullname, spec)
+        def __init__(self, entry: object, watchdog: PathHookWatchdog) -> None:
+            super().__init__(entry)
+            self._self_watchdog = watchdog
+
+        def find_spec(self, fullname: str, target: object = None) -> ModuleSpec | None:
+            spec = self.__wrapped__.find_spec(fullname, target)
+            return self._self_watchdog.put_back(fullname, spec)
+
+    return WatchingEntryFinder
+
+
+def watched_entry(entry: object, watchdog: PathHookWatchdog) -> object:
+    """``entry`` watched: a ``WatchingEntryFinder`` (see the module doc)."""
+    return _watching_class()(entry, watchdog)
+
+
+def _is_watching(entry: object) -> bool:
+    return _watching_class.cache_info().currsize > 0 and isinstance(entry, _watching_class())
