@@ -271,9 +271,7 @@ class Target(TargetRecords):
     @staticmethod
     def _import_impl(registration: Registration) -> object:
         try:
-            # Inside someone's import: other threads the impl starts must not wait for it, and
-            # what `import a.b.c` makes reachable must be (core.import_state).
-            with plugin_window():
+            with plugin_window():  # inside someone's import: core.import_state
                 return load_impl(registration.impl)
         except Exception:
             loading = _impl_module_initializing(registration)
