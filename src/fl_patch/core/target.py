@@ -38,7 +38,6 @@ from fl_patch.core.apply import (
     revert,
 )
 from fl_patch.core.errors import ImplStillLoading, NotYet, PlatformNotReady
-from fl_patch.core.import_state import plugin_window
 from fl_patch.core.kinds import torchscript_callers
 from fl_patch.core.missing import locate, unusable, upstream_none
 from fl_patch.core.records import Status
@@ -271,8 +270,7 @@ class Target(TargetRecords):
     @staticmethod
     def _import_impl(registration: Registration) -> object:
         try:
-            with plugin_window():  # inside someone's import: core.import_state
-                return load_impl(registration.impl)
+            return load_impl(registration.impl)
         except Exception:
             loading = _impl_module_initializing(registration)
             if loading is not None:
