@@ -24,6 +24,7 @@ from fl_patch.activation.runtime import RUNTIME
 from fl_patch.activation.settings import ENV, Settings, closest, enabled, misspelled_names, unrecognised_values
 from fl_patch.compat import flagscale_tree as _flagscale
 from fl_patch.core.errors import warn
+from fl_patch.core.import_state import plugin_window
 from fl_patch.hooks import PatchingFinder, PathHookWatchdog
 from fl_patch.hooks.gpu_only import GpuOnlyFinder
 
@@ -179,12 +180,14 @@ def install() -> bool:
         sys.meta_path.append(RUNTIME.gpu_only_finder)
         RUNTIME.path_hook = PathHookWatchdog(finder, engine)
         sys.path_hooks.insert(0, RUNTIME.path_hook)
+        RUNTIME.path_hook.watch_cached()
         engine.installed = True
     try:
         # The packs and the user's registry modules load with the finder in place and
         # outside our lock: they may import anything, megatron included, and what they
         # import is patched.
-        _load_eager_sources(settings, registries=first)
+        with plugin_window():  # plugin code, maybe inside the import that activated fl_patch
+            _load_eager_sources(settings, registries=first)
         if any(name.startswith("megatron.") for name in list(sys.modules)):
             engine.run_deferred()  # megatron is already loaded: no import will trigger it
         engine.apply_loaded_modules()
@@ -228,6 +231,8 @@ def uninstall() -> bool:
         ):
             while hook is not None and hook in hooks:
                 hooks.remove(hook)
+        if RUNTIME.path_hook is not None:
+            RUNTIME.path_hook.release_cached()
         RUNTIME.finder = RUNTIME.path_hook = RUNTIME.gpu_only_finder = None
         engine.installed = False
     engine.revert_all()

@@ -17,6 +17,7 @@ import types
 from dataclasses import dataclass
 from enum import Enum
 
+from fl_patch.core.import_state import plugin_window
 from fl_patch.core.paths import parse_impl_path
 
 __all__ = ["Kind", "Resolved", "describe", "load_impl", "owned_path", "resolve_in", "unwrap"]
@@ -155,6 +156,13 @@ def load_impl(impl: object) -> object:
     """Import a string impl (``pkg.mod.attr`` or ``pkg.mod:attr``); return objects as they are."""
     if not isinstance(impl, str):
         return impl
+    # Often inside someone's import (a target module's): what its threads and its `import a.b.c`
+    # see there is decided in one place, core.import_state.
+    with plugin_window():
+        return _load_impl(impl)
+
+
+def _load_impl(impl: str) -> object:
     module_path, attr_path = parse_impl_path(impl)
     if attr_path:
         obj: object = importlib.import_module(module_path)

@@ -13,6 +13,9 @@ from __future__ import annotations
 import sys
 import types
 
+from fl_patch.core.bindings import window_items
+from fl_patch.core.errors import FlPatchError
+from fl_patch.core.import_state import when_loaded
 from fl_patch.core.registration import Registration
 from fl_patch.core.resolve import owned_path
 from fl_patch.core.target import Target, initializing
@@ -24,28 +27,22 @@ __all__ = ["CatchUp"]
 class CatchUp:
     """The engine's catch-up part; the state it reads is set by ``Engine.__init__``."""
 
-    def _note_unobserved(self, modules_before: int) -> None:
-        """Watched names that appeared in sys.modules during a body without passing the hook.
+    def _note_unobserved(self, window: str) -> None:
+        """Watched names that appeared in sys.modules during ``window``'s body without passing the hook.
 
         The usual case is a module stored under a second name
         (``sys.modules["pkg.experimental"] = import_module("pkg._new")``, as megatron-core's
         nvshmem compat module does): importing that name later finds it in sys.modules and
         never reaches a finder. Catching up patches it under that name.
         """
-        added = len(sys.modules) - modules_before
-        if added <= 0:
-            return
-        try:
-            # From the end, over the window only (plus slack for entries deleted meanwhile).
-            for _, name in zip(range(added + 32), reversed(sys.modules), strict=False):
-                if self.registry.watches(name) and self._processed_module(name) is not sys.modules.get(name):
-                    module = sys.modules.get(name)
-                    if module is None or (isinstance(module, types.ModuleType) and initializing(module)):
-                        continue
-                    self._catch_up_due = True
-                    return
-        except RuntimeError:  # another thread imported meanwhile: look at everything, later
-            self._catch_up_due = True
+        # The window is what follows the module's own entry (bindings.window_items): no bound on
+        # how many entries the body deleted meanwhile.
+        for name, module in window_items(window):
+            if self.registry.watches(name) and self._processed_module(name) is not module:
+                if module is None or (isinstance(module, types.ModuleType) and initializing(module)):
+                    continue
+                self._catch_up_due = True
+                return
 
     def _waited_for_loaded(self) -> bool:
         """Whether a module that catching up (or a pending target) waits for has finished loading.
@@ -67,6 +64,7 @@ class CatchUp:
 
     def apply_loaded_modules(self) -> None:
         """Patch what was imported before installation (the report says so: ``late``)."""
+        self.bindings.holders.reset()  # once per activation: whatever was bound since the last, it is read now
         self._apply(self._loaded_batch(), window=None, late=True)
 
     def _loaded_batch(self, *, only_unprocessed: bool = False) -> list[tuple[types.ModuleType, str, list[Target]]]:
@@ -143,6 +141,7 @@ class CatchUp:
                 if initializing(loaded):
                     self._quiet.add(target.name)
                     self._waiting_on.add(target.name)
+                    self._follow(target, target.name, loaded)
                 else:
                     self._substitute_loaded(target, loaded)
                 continue
@@ -152,6 +151,53 @@ class CatchUp:
                 batch.setdefault(name, (module, name, []))[2].append(target)
         if batch:
             self._apply(batch.values(), window=None, late=True)
+
+    def _follow(self, target: Target, name: str, module: types.ModuleType) -> None:
+        """``target`` was registered while ``name`` imports past the hook: apply it as that body ends.
+
+        Right after the body ran, before the importer gets the module (``import_state.when_loaded``),
+        so no call by an importer runs upstream. Where that cannot be followed (a library's own spec
+        class), catching up patches it at the next watched import, and this is said, once.
+        """
+        with self.lock:
+            if name in self._following:
+                return
+            self._following.add(name)
+
+        def loaded() -> None:
+            with self.lock:
+                self._following.discard(name)
+            current = sys.modules.get(name)
+            if current is None or not self.installed:
+                return  # its import failed: nothing to patch
+            try:
+                self._apply_just_loaded(name, current)
+            except (FlPatchError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # noqa: BLE001  (a bug here must not break the host's import)
+                self.problems.problem(f"fl_patch: internal error while patching {name}: {exc!r}")
+
+        if not when_loaded(module, loaded):
+            with self.lock:
+                self._following.discard(name)
+            self.problems.problem(
+                f"fl_patch: {target.name} was registered while {name} was importing, past fl_patch's import "
+                "hook; it is patched at the next import, so its first calls may run upstream code"
+            )
+
+    def _apply_just_loaded(self, name: str, module: object) -> None:
+        with self.lock:
+            self._waiting_on.discard(name)
+            self._mark_processed(name, module)
+        whole = self.registry.get(name)
+        if whole is not None and isinstance(module, types.ModuleType):
+            self._substitute_loaded(whole, module)
+        targets = self.registry.targets_under(name)
+        if targets:
+            # window None: importlib has moved the module to the end of sys.modules by now, so the
+            # modules its body loaded are found through the holder index instead.
+            self._apply([(module, name, targets)], window=None, late=False)  # type: ignore[list-item]
+        self._quiet.difference_update(t.name for t in targets)
 
     def _loaded_owner(self, target: Target) -> tuple[types.ModuleType, str] | None:
         """The loaded module that owns ``target``, if it has finished loading."""
@@ -166,9 +212,10 @@ class CatchUp:
                     return None  # its after_exec has not read the registry yet: it will see this one
             if isinstance(module, types.ModuleType) and initializing(module):
                 # Importing, but not through the hook (its import began before this registration
-                # made it a watched name): patch it once it has loaded.
+                # made it a watched name): patch it as soon as its body has run.
                 self._quiet.add(target.name)
                 self._waiting_on.add(name)
+                self._follow(target, name, module)
                 return None
             if owned_path(module, parts, name) is not None:
                 with self.lock:

@@ -79,6 +79,7 @@ class Engine(CatchUp, Retries, PendingWork):
         self._waiting_on: set[str] = set()  # modules importing past the hook: catch up once they have loaded
         self._catch_up_due = False
         self._quiet: set[str] = set()  # targets registered while their module was importing
+        self._following: set[str] = set()  # modules importing past the hook, applied as their body ends
         self._catching_up = threading.local()
         self.bindings = NameBindings()
         registry.add_listener(self._on_registered)
@@ -180,7 +181,7 @@ class Engine(CatchUp, Retries, PendingWork):
         with self.lock:
             self._executing.discard(module.__name__)
 
-    def after_exec(self, module: types.ModuleType, modules_before: int) -> None:
+    def after_exec(self, module: types.ModuleType) -> None:
         name = module.__name__
         # A module body may put another object in its place (sys.modules[__name__] = ...):
         # that is what its importers get, so that is what is patched.
@@ -201,10 +202,10 @@ class Engine(CatchUp, Retries, PendingWork):
             _link_to_parent(name, current)
             targets = self.registry.targets_under(name)
             if targets:
-                self._apply([(current, name, targets)], window=modules_before, late=False)
+                self._apply([(current, name, targets)], window=name, late=False)
             self.bindings.record_later(current)
             if self.registry.watches(name):  # only a module that may own targets stores others (see below)
-                self._note_unobserved(modules_before)
+                self._note_unobserved(name)
             if self._catch_up_due or ((self._waiting_on or self._pending) and self._waited_for_loaded()):
                 self.catch_up()
         except (FlPatchError, KeyboardInterrupt):

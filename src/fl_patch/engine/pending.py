@@ -11,6 +11,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 
+from fl_patch.core.import_state import plugin_window
+
 __all__ = ["PendingWork"]
 
 
@@ -25,7 +27,8 @@ class PendingWork:
         with self.lock:
             deferred, self._deferred = self._deferred, None
         if deferred is not None:
-            deferred()
+            with plugin_window():  # registry sources are plugin code run inside an import too
+                deferred()
 
     def _mark_processed(self, name: str, module: object) -> None:
         try:

@@ -12,6 +12,7 @@ import types
 from collections.abc import Iterable
 
 from fl_patch.core.apply import AppliedPatch
+from fl_patch.core.bindings import Window
 from fl_patch.core.errors import NotYet
 from fl_patch.core.records import Status
 from fl_patch.core.resolve import owned_path
@@ -25,7 +26,7 @@ Batch = Iterable[tuple[types.ModuleType, str, list[Target]]]  # (module, its nam
 class Retries:
     """The engine's applying and retrying part; the state it reads is set by ``Engine.__init__``."""
 
-    def _apply(self, batch: Batch, *, window: int | None, late: bool) -> list[AppliedPatch]:
+    def _apply(self, batch: Batch, *, window: Window, late: bool) -> list[AppliedPatch]:
         applied: list[AppliedPatch] = []
         for module, name, targets in batch:
             for target in targets:
@@ -59,7 +60,7 @@ class Retries:
             if patch is not None:
                 applied.append(patch)
         if applied:
-            self.bindings.rebind(applied, None)  # later than their modules' load: one sweep of everything
+            self.bindings.rebind(applied, None)  # later than their modules' load: wherever they are held
 
     def _substitute_loaded(self, target: Target, module: types.ModuleType) -> None:
         patch = target.substitute_loaded(module, self)

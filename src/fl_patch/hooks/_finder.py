@@ -79,7 +79,14 @@ class PatchingFinder:
             spec = self._real_spec(fullname, path, target)
         finally:
             busy.discard(fullname)
+        return self.hooked(fullname, spec)
 
+    def is_busy(self, fullname: str) -> bool:
+        """Whether this thread is inside this finder's own lookup of ``fullname``."""
+        return fullname in getattr(self._local, "busy", ())
+
+    def hooked(self, fullname: str, spec: ModuleSpec | None) -> ModuleSpec | None:
+        """``spec`` (the real one of a watched module), made to load through the engine."""
         provide = self._observer.substitute_for(fullname, spec)
         # Imported here, not at the top: the loaders need wrapt (~25 ms to import), which a
         # process that never imports a watched module should not pay at start-up.

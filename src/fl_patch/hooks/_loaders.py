@@ -45,15 +45,14 @@ def _point_module_at(module: types.ModuleType, proxy: object, loader: object) ->
 
 def exec_observed(loader: object, module: types.ModuleType, observer: ImportObserver) -> None:
     observer.before_exec(module)
-    # sys.modules keeps insertion order: what is inserted from here on started loading
-    # while this module body ran (the only modules that can hold early aliases).
-    modules_before = len(sys.modules)
+    # (sys.modules keeps insertion order: what follows this module's own entry started loading
+    # while its body ran, the only modules that can hold early aliases; core.bindings.window_items.)
     try:
         loader.exec_module(module)  # type: ignore[attr-defined]
     except BaseException:
         observer.exec_failed(module)
         raise
-    observer.after_exec(module, modules_before)
+    observer.after_exec(module)
 
 
 def wrap_loader(loader: object, observer: ImportObserver) -> object:
@@ -91,13 +90,12 @@ class LegacyPatchingLoader:
     def load_module(self, fullname: str) -> types.ModuleType:
         placeholder = types.ModuleType(fullname)
         self._observer.before_exec(placeholder)
-        modules_before = len(sys.modules)
         try:
             module = self._loader.load_module(fullname)  # type: ignore[attr-defined]
         except BaseException:
             self._observer.exec_failed(placeholder)
             raise
-        self._observer.after_exec(sys.modules.get(fullname, module), modules_before)
+        self._observer.after_exec(sys.modules.get(fullname, module))
         return sys.modules.get(fullname, module)
 
     def __getattr__(self, name: str) -> object:
