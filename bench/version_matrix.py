@@ -213,7 +213,10 @@ def dp2_save_resume(python: str, tree: Path, work: Path, timeout: int) -> dict[s
         }
     ckpt = str(work / "ckpt")
     rc, first, _ = _torchrun(
-        python, run, [*base, "--train-iters", "8", "--exit-interval", "4", "--save", ckpt, "--save-interval", "4"], timeout
+        python,
+        run,
+        [*base, "--train-iters", "8", "--exit-interval", "4", "--save", ckpt, "--save-interval", "4"],
+        timeout,
     )
     if rc != 0:
         return {"ok": False, "cell": f"save: {_error_line(first)}", "seconds": round(time.monotonic() - start, 1)}
