@@ -1,6 +1,8 @@
 """A FlagScale plugin tree, unchanged: FlagScale's Megatron-LM-FL ``megatron/plugin/``, or one laid out like it.
 
-**Found** as ``megatron/plugin/override_registry.py`` in a ``sys.path`` entry the user put
+**Found** as ``megatron/plugin/override_registry.py`` (Megatron-LM-FL's tree) and/or
+``megatron/plugin_flagscale/override_registry.py`` (FlagScale's own side: its
+``megatron.training`` targets) in a ``sys.path`` entry the user put
 there (``PYTHONPATH``, site-packages, the program's own ``sys.path`` edits), never one that is
 there only because Python puts the current directory or the script's directory first;
 ``FL_PATCH_FLAGSCALE=1`` names those too. A tree found only there is not loaded, and
@@ -46,9 +48,24 @@ if TYPE_CHECKING:
     from fl_patch.core.registry import Registry
     from fl_patch.engine.observer import Engine
 
-__all__ = ["DECORATORS", "REGISTRY_MODULE", "Tree", "find_tree", "load_tree", "take_over_on_load", "tree_platform"]
+__all__ = [
+    "DECORATORS",
+    "FLAGSCALE_SIDE_REGISTRY",
+    "REGISTRY_MODULE",
+    "REGISTRY_MODULES",
+    "Tree",
+    "find_tree",
+    "load_tree",
+    "take_over_on_load",
+    "tree_platform",
+]
 
 REGISTRY_MODULE = "megatron.plugin.override_registry"
+# FlagScale's own side (``flagscale/train/megatron/plugin_flagscale``: its megatron.training
+# targets), a portion of the same ``megatron`` namespace; it registers through the tree's
+# ``megatron.plugin.decorators`` (or the one fl_patch serves) like the Megatron-LM-FL tree.
+FLAGSCALE_SIDE_REGISTRY = "megatron.plugin_flagscale.override_registry"
+REGISTRY_MODULES = (REGISTRY_MODULE, FLAGSCALE_SIDE_REGISTRY)
 DECORATORS = "megatron.plugin.decorators"
 PLATFORM_MANAGER = "megatron.plugin.platform.platform_manager"
 
@@ -57,8 +74,8 @@ PLATFORM_MANAGER = "megatron.plugin.platform.platform_manager"
 class Tree:
     """Where a FlagScale tree's parts are (each spec None when the tree lacks that part)."""
 
-    plugin_dirs: tuple[str, ...]  # megatron/plugin directories
-    registry: importlib.machinery.ModuleSpec
+    plugin_dirs: tuple[str, ...]  # megatron/plugin (and megatron/plugin_flagscale) directories
+    registries: tuple[tuple[str, importlib.machinery.ModuleSpec], ...]  # (module name, spec), in load order
     decorators: importlib.machinery.ModuleSpec | None
     platform: importlib.machinery.ModuleSpec | None
     regular_package: str | None  # a megatron/__init__.py in the tree, which hides megatron-core
@@ -118,15 +135,21 @@ def find_tree(*, anywhere: bool | None = None) -> Tree | None:
     try:
         plugin = importlib.machinery.PathFinder.find_spec("megatron.plugin", roots)
         dirs = list(plugin.submodule_search_locations or []) if plugin is not None else []
-        registry = importlib.machinery.PathFinder.find_spec(REGISTRY_MODULE, dirs) if dirs else None
-        if registry is None:
+        side = importlib.machinery.PathFinder.find_spec("megatron.plugin_flagscale", roots)
+        side_dirs = list(side.submodule_search_locations or []) if side is not None else []
+        registries = []
+        for name, where in ((REGISTRY_MODULE, dirs), (FLAGSCALE_SIDE_REGISTRY, side_dirs)):
+            spec = importlib.machinery.PathFinder.find_spec(name, where) if where else None
+            if spec is not None:
+                registries.append((name, spec))
+        if not registries:
             return None
-        decorators = importlib.machinery.PathFinder.find_spec(DECORATORS, dirs)
-        platform = importlib.machinery.PathFinder.find_spec("megatron.plugin.platform", dirs)
+        decorators = importlib.machinery.PathFinder.find_spec(DECORATORS, dirs) if dirs else None
+        platform = importlib.machinery.PathFinder.find_spec("megatron.plugin.platform", dirs) if dirs else None
     except (ImportError, ValueError):
         return None
     regular = next((r for r in roots if os.path.isfile(os.path.join(r, "__init__.py"))), None)
-    return Tree(tuple(dirs), registry, decorators, platform, regular)
+    return Tree(tuple(dirs + side_dirs), tuple(registries), decorators, platform, regular)
 
 
 def take_over_on_load(module: types.ModuleType) -> None:
@@ -157,7 +180,6 @@ def load_tree(registry: Registry, problems: ProblemSink, engine: Engine, *, hook
             "delete that file, so that `megatron` stays the namespace package both share"
         )
         return None
-    registry_loaded_before = REGISTRY_MODULE in sys.modules
     if tree.decorators is None:
         if DECORATORS not in sys.modules:  # the hook serves it on import; --list has no hook
             sys.modules[DECORATORS] = importlib.import_module("fl_patch.compat.flagscale_decorators")
@@ -165,17 +187,21 @@ def load_tree(registry: Registry, problems: ProblemSink, engine: Engine, *, hook
         take_over_on_load(sys.modules[DECORATORS])
     elif not hooked:
         _load_and_take_over(tree.decorators)
-    if registry_loaded_before and not flagscale_compat.registrations_seen(REGISTRY_MODULE):
-        # Imported before fl_patch could wrap ``register``: run its register() calls again.
-        with contextlib.suppress(Exception):
-            with registry.atomically():
-                importlib.reload(sys.modules[REGISTRY_MODULE])
-        _say_loaded(tree, registry)
-        return REGISTRY_MODULE
-    if import_source(REGISTRY_MODULE, "FlagScale registry", registry, problems) is None:
+    loaded = []
+    for name, _spec in tree.registries:
+        if name in sys.modules:
+            if not flagscale_compat.registrations_seen(name):
+                # Imported before fl_patch could wrap ``register``: run its register() calls again.
+                with contextlib.suppress(Exception):
+                    with registry.atomically():
+                        importlib.reload(sys.modules[name])
+            loaded.append(name)
+        elif import_source(name, "FlagScale registry", registry, problems) is not None:
+            loaded.append(name)
+    if not loaded:
         return None
     _say_loaded(tree, registry)
-    return REGISTRY_MODULE
+    return ", ".join(loaded)
 
 
 def _say_loaded(tree: Tree, registry: Registry) -> None:
