@@ -23,6 +23,7 @@ import importlib.machinery
 import types
 from typing import TYPE_CHECKING
 
+from fl_patch.core.errors import is_stop_request
 from fl_patch.impls import PACKS
 
 if TYPE_CHECKING:
@@ -49,9 +50,9 @@ def import_source(module_name: str, what: str, registry: Registry, problems: Pro
             if function:
                 getattr(module, function)()
             return module
-    except KeyboardInterrupt:
-        raise
     except BaseException as exc:  # noqa: BLE001  (a broken registry, even one that calls sys.exit, must not end the run)
+        if is_stop_request(exc):
+            raise  # Ctrl-C, or the program's signal handler landing here: the program's, obeyed
         if _is_itself_missing(exc, module_name):
             # Nothing of the user's ran: no line of theirs to point at; say where Python looked.
             problems.problem(
@@ -148,9 +149,9 @@ def load_entry_points(registry: Registry, problems: ProblemSink) -> list[str]:
                 obj = entry_point.load()
                 if callable(obj) and not isinstance(obj, types.ModuleType):
                     obj()
-        except KeyboardInterrupt:
-            raise
         except BaseException as exc:  # noqa: BLE001  (SystemExit included: a plugin does not end the run)
+            if is_stop_request(exc):
+                raise
             problems.problem(
                 f"fl_patch: entry point {label!r} ({ENTRY_POINT_GROUP}) failed: {type(exc).__name__}: {exc}"
             )

@@ -37,7 +37,7 @@ from importlib.machinery import ModuleSpec
 
 from fl_patch.activation.settings import Settings
 from fl_patch.core.bindings import NameBindings
-from fl_patch.core.errors import FlPatchError, ProblemSink
+from fl_patch.core.errors import FlPatchError, ProblemSink, is_stop_request
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.registration import Registration
 from fl_patch.core.registry import Registry
@@ -209,6 +209,8 @@ class Engine(CatchUp, Retries, PendingWork):
         except (FlPatchError, KeyboardInterrupt):
             raise
         except Exception as exc:  # noqa: BLE001  (a bug here must not break the host's import)
+            if is_stop_request(exc):
+                raise  # the program's signal handler raised it, here by chance: the program's to handle
             self.problems.problem(f"fl_patch: internal error while patching {name}: {exc!r}")
 
     # ------------------------------------------------------------------ applying

@@ -1,37 +1,186 @@
-"""Never break the run, never hang (docs/reliability.md, "Never break the run")."""
+"""Never break the run, never hang (docs/reliability.md, "Never break the run").
+
+Stop requests: a signal arrives wherever the main thread is; when that is inside plugin
+code fl_patch runs (an impl's import, a registry module, an entry point), what the
+program's own handler raises (or Python's default SIGINT handler: ``KeyboardInterrupt``)
+must do what it does under plain python. Generated: signal and handler x where it lands x
+how fl_patch was activated. The control: a plugin's *own* ``sys.exit()`` at import, with a
+handler installed, stays one reported plugin fault.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from hostile_case import HostileCase
 
 GROUP = "never break the run"
 
-# A SIGTERM handler that exits lands while a plugin's impl imports: plain python exits 143
-# (the handler's status), so must fl_patch; the `except` around plugin code must not eat it.
-_SIGTERM_DURING_IMPL = HostileCase(
-    GROUP,
-    "SIGTERM handler's sys.exit while an impl imports",
-    {
-        "main.py": """
-            import signal, sys
-            signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-            import target_mod
-            target_mod.f()
-            print("RAN-ON")
-        """,
-        "target_mod.py": "def f():\n    return 'upstream'\n",
-        "slow_impl.py": """
-            import os, signal
-            os.kill(os.getpid(), signal.SIGTERM)
-            def f():
-                return 'impl'
-        """,
-        "reg.py": "from fl_patch import register\nregister('target_mod.f', 'slow_impl.f')\n",
-    },
-    env={"FL_PATCH_REGISTRY": "reg", "FL_PATCH_TRIGGERS": "target_mod", "PYTHONPATH": "{dir}:{src}"},
-    stdout=(),
-    not_stdout=("RAN-ON",),
-    rc=143,
+_PATH = "{dir}:{src}"
+# Not about the shipped packs: without them a case takes a second, not seven (they import torch).
+_FAST = {"FL_PATCH_PACKS": "none"}
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """A signal the program handles (or not), and what plain python does when it arrives."""
+
+    name: str
+    setup: str  # lines at the top of main.py (installing the handler)
+    signal: str  # the signal the plugin code happens to be running under
+    rc: int  # plain python's exit status (a negative number: killed by that signal)
+    stdout: tuple[str, ...] = ()
+    wrap: bool = False  # main.py's import runs inside `try: ... except Preempted:`
+
+
+_STOPS = (
+    _Stop("SIGTERM handler sys.exit(143)", "signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))", "SIGTERM", 143),
+    _Stop(
+        "SIGINT custom handler sys.exit(130)",
+        "def on_int(signum, frame):\n    sys.exit(130)\nsignal.signal(signal.SIGINT, on_int)",
+        "SIGINT",
+        130,
+    ),
+    _Stop(
+        "SIGUSR1 handler object raising SystemExit(7)",
+        "class Handler:\n    def __call__(self, signum, frame):\n        raise SystemExit(7)\n"
+        "signal.signal(signal.SIGUSR1, Handler())",
+        "SIGUSR1",
+        7,
+    ),
+    # Python's own SIGINT handler: KeyboardInterrupt, uncaught: the interpreter kills itself with SIGINT.
+    _Stop("default SIGINT (KeyboardInterrupt)", "", "SIGINT", -2),
+    # A handler raising the program's own exception (torchelastic's SignalException is one):
+    # the program catches it at its top level to checkpoint; plain python: exit 0.
+    _Stop(
+        "SIGUSR1 handler raising the program's Preempted",
+        "class Preempted(Exception):\n    pass\n"
+        "def on_usr1(signum, frame):\n    raise Preempted(signum)\nsignal.signal(signal.SIGUSR1, on_usr1)",
+        "SIGUSR1",
+        0,
+        stdout=("CHECKPOINTED",),
+        wrap=True,
+    ),
 )
 
-CASES = [_SIGTERM_DURING_IMPL]
+_SEND = "import os, signal\nos.kill(os.getpid(), signal.{signal})\nfor _ in range(10000):\n    pass\n"
+
+_TARGET = "def f():\n    return 'upstream'\n"
+
+
+def _landing(where: str, signal: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The files (besides main.py) and environment that put a plugin's code under the signal."""
+    send = _SEND.format(signal=signal)
+    if where == "impl import":
+        files = {
+            "impl.py": send + "def f():\n    return 'impl'\n",
+            "reg.py": "from fl_patch import register\nregister('tpkg.target_mod.f', 'impl.f')\n",
+        }
+        return files, {"FL_PATCH_REGISTRY": "reg"}
+    if where == "whole-module impl import":
+        files = {
+            "impl.py": send + "def f():\n    return 'impl'\n",
+            "reg.py": "from fl_patch import register\nregister('tpkg.target_mod', 'impl')\n",
+        }
+        return files, {"FL_PATCH_REGISTRY": "reg"}
+    if where == "registry module import":
+        files = {"reg.py": "from fl_patch import register\nregister('tpkg.target_mod.f', 'impl.f')\n" + send}
+        files["impl.py"] = "def f():\n    return 'impl'\n"
+        return files, {"FL_PATCH_REGISTRY": "reg"}
+    if where == "entry point":
+        files = {
+            "plug-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: plug\nVersion: 0.1\n",
+            "plug-0.1.dist-info/entry_points.txt": "[fl_patch.registries]\nplug = plugreg\n",
+            "plugreg.py": "from fl_patch import register\nregister('tpkg.target_mod.f', 'impl.f')\n" + send,
+            "impl.py": "def f():\n    return 'impl'\n",
+        }
+        return files, {}
+    raise ValueError(where)
+
+
+_LANDINGS = ("impl import", "whole-module impl import", "registry module import", "entry point")
+
+# How fl_patch is activated; each an (extra lines of main.py, command, environment) tuple.
+_LAUNCHES: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {
+    "python -m fl_patch": ("", ("{python}", "-m", "fl_patch", "main.py"), {"FL_PATCH_TRIGGERS": "tpkg"}),
+    "sitecustomize": (
+        "",
+        ("{python}", "main.py"),
+        {"FL_PATCH_TRIGGERS": "tpkg", "PYTHONPATH": "{template}:{dir}:{src}"},
+    ),
+    "fl_patch.install()": ("import fl_patch\nfl_patch.install()\n", ("{python}", "main.py"), {}),
+}
+
+
+def _main(stop: _Stop, activation: str) -> str:
+    body = "from tpkg import target_mod\ntarget_mod.f()\nprint('RAN-ON')\n"
+    if activation:  # install() itself loads the registry module: the signal may land in it
+        body = activation + body
+    if stop.wrap:
+        body = (
+            "try:\n"
+            + "".join(f"    {line}\n" for line in body.splitlines())
+            + ("except Preempted:\n    print('CHECKPOINTED')\n")
+        )
+    return f"import signal, sys\n{stop.setup}\n{body}"
+
+
+def _stop_cases() -> list[HostileCase]:
+    cases = []
+    for stop in _STOPS:
+        for where in _LANDINGS:
+            for launch, (activation, command, launch_env) in _LAUNCHES.items():
+                if where == "entry point" and activation:
+                    continue  # install() defers entry points to a trigger's import: same as the others
+                if where == "registry module import" and not activation:
+                    continue  # loaded at start-up there, before the program's first line installs a handler
+                files, env = _landing(where, stop.signal)
+                files = {
+                    **files,
+                    "main.py": _main(stop, activation),
+                    "tpkg/__init__.py": "",
+                    "tpkg/target_mod.py": _TARGET,
+                }
+                cases.append(
+                    HostileCase(
+                        GROUP,
+                        f"{stop.name} while a plugin's {where} runs ({launch})",
+                        files,
+                        command=command,
+                        env={"PYTHONPATH": _PATH, **_FAST, **launch_env, **env},
+                        stdout=stop.stdout,
+                        not_stdout=("RAN-ON",),
+                        rc=stop.rc,
+                        strict_same=True,  # no fl_patch problem: strict mode must stop the same way
+                    )
+                )
+    return cases
+
+
+def _own_exit_cases() -> list[HostileCase]:
+    """The control: the plugin's own sys.exit() is the plugin's fault, handler or not: reported, the run goes on."""
+    cases = []
+    for where, file in (("impl import", "impl.py"), ("registry module import", "reg.py")):
+        for handler in ("", "signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))"):
+            files = {
+                "main.py": f"import signal, sys\n{handler}\nfrom tpkg import target_mod\ntarget_mod.f()\nprint('PROGRAM-OK')\n",
+                "tpkg/__init__.py": "",
+                "tpkg/target_mod.py": _TARGET,
+                "impl.py": "def f():\n    return 'impl'\n",
+                "reg.py": "from fl_patch import register\nregister('tpkg.target_mod.f', 'impl.f')\n",
+            }
+            files[file] = "import sys\nsys.exit(3)\n" + files[file]
+            cases.append(
+                HostileCase(
+                    GROUP,
+                    f"a plugin's own sys.exit(3) in its {where}" + (" (SIGTERM handler installed)" if handler else ""),
+                    files,
+                    env={"PYTHONPATH": _PATH, **_FAST, "FL_PATCH_REGISTRY": "reg", "FL_PATCH_TRIGGERS": "tpkg"},
+                    warns=("SystemExit: 3",),
+                    strict_stops=True,
+                )
+            )
+    return cases
+
+
+CASES = [*_stop_cases(), *_own_exit_cases()]
