@@ -50,7 +50,7 @@ def import_source(module_name: str, what: str, registry: Registry, problems: Pro
             if function:
                 getattr(module, function)()
             return module
-    except BaseException as exc:  # noqa: BLE001  (a broken registry, even one that calls sys.exit, must not end the run)
+    except BaseException as exc:  # (a broken registry, even one that calls sys.exit, must not end the run)
         if is_stop_request(exc):
             raise  # Ctrl-C, or the program's signal handler landing here: the program's, obeyed
         if _is_itself_missing(exc, module_name):
@@ -149,7 +149,7 @@ def load_entry_points(registry: Registry, problems: ProblemSink) -> list[str]:
                 obj = entry_point.load()
                 if callable(obj) and not isinstance(obj, types.ModuleType):
                     obj()
-        except BaseException as exc:  # noqa: BLE001  (SystemExit included: a plugin does not end the run)
+        except BaseException as exc:  # (SystemExit included: a plugin does not end the run)
             if is_stop_request(exc):
                 raise
             problems.problem(

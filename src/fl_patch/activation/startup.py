@@ -171,7 +171,7 @@ def activate(bootstrap_dir: str) -> None:
         RUNTIME.trigger = _ActivationTrigger(roots, after_site=bool(settings.registry_modules))
         sys.meta_path.insert(0, RUNTIME.trigger)
         sys.path_hooks.insert(0, _ArmedPathHook(RUNTIME.trigger))
-    except Exception as exc:  # noqa: BLE001  (start-up must survive a broken plugin or a bug of ours)
+    except Exception as exc:  # (start-up must survive a broken plugin or a bug of ours)
         if is_stop_request(exc):
             raise
         _report(exc, "fl_patch could not arm itself in this process")

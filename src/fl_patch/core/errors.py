@@ -201,7 +201,7 @@ def _code_of(handler: object) -> types.CodeType | None:
         elif handler is None or isinstance(handler, (int, types.BuiltinFunctionType)):
             return None  # SIG_DFL / SIG_IGN, a C handler, or none from Python
         else:
-            call = getattr(type(handler), "__call__", None)
+            call = type(handler).__call__ if callable(handler) else None
             if call is None or isinstance(call, (types.WrapperDescriptorType, types.MethodWrapperType)):
                 return None
             handler = call

@@ -156,7 +156,7 @@ class Target(TargetRecords):
             except ImplMismatch as exc:
                 self._fail(registration, Status.IMPL_FAILED, str(exc), ctx)
                 continue
-            except BaseException as exc:  # noqa: BLE001  (plugin code: even its SystemExit is reported, not obeyed)
+            except BaseException as exc:  # (plugin code: even its SystemExit is reported, not obeyed)
                 if is_stop_request(exc):
                     raise  # Ctrl-C, or the program's signal handler: not the plugin's fault, not ours to eat
                 self._fail(registration, Status.IMPL_FAILED, f"{type(exc).__name__}: {exc}", ctx)
@@ -238,7 +238,7 @@ class Target(TargetRecords):
     def _module_impl(self, registration: Registration, ctx: PatchContext) -> types.ModuleType | None:
         try:
             impl = self._load(registration, ctx, current=None)
-        except BaseException as exc:  # noqa: BLE001  (plugin code, SystemExit included)
+        except BaseException as exc:  # (plugin code, SystemExit included)
             if is_stop_request(exc):
                 raise
             self._fail(registration, Status.IMPL_FAILED, f"{type(exc).__name__}: {exc}", ctx)

@@ -106,7 +106,7 @@ class VendorChoice:
                 raise PlatformNotReady("torch is still importing", blocker="torch")
             try:
                 platform = detect_platform()
-            except Exception as exc:  # noqa: BLE001  (detection must never break an import)
+            except Exception as exc:  # (detection must never break an import)
                 if is_stop_request(exc):
                     raise
                 platform, settled = "cpu", False
@@ -125,7 +125,7 @@ class VendorChoice:
         for hint in self._hints:
             try:
                 platform = hint()
-            except Exception as exc:  # noqa: BLE001  (a plugin tree's detection must not break an import)
+            except Exception as exc:  # (a plugin tree's detection must not break an import)
                 if is_stop_request(exc):
                     raise
                 settled = False

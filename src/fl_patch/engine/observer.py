@@ -208,7 +208,7 @@ class Engine(CatchUp, Retries, PendingWork):
                 self.catch_up()
         except (FlPatchError, KeyboardInterrupt):
             raise
-        except Exception as exc:  # noqa: BLE001  (a bug here must not break the host's import)
+        except Exception as exc:  # (a bug here must not break the host's import)
             if is_stop_request(exc):
                 raise  # the program's signal handler raised it, here by chance: the program's to handle
             self.problems.problem(f"fl_patch: internal error while patching {name}: {exc!r}")
