@@ -33,10 +33,17 @@ __all__ = ["current_finder", "install", "is_installed", "load_sources", "uninsta
 def _load_deferred_sources() -> None:
     engine = RUNTIME.engine
     settings = engine.settings
-    if settings.entry_points:
-        _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems)
-    if settings.flagscale_tree:
-        _flagscale.load_tree(RUNTIME.registry, RUNTIME.problems, engine, hooked=engine.installed)
+    try:
+        if settings.entry_points:
+            _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems, done=_entry_points_loaded)
+        if settings.flagscale_tree:
+            _flagscale.load_tree(RUNTIME.registry, RUNTIME.problems, engine, hooked=engine.installed)
+    except BaseException:
+        # Interrupted (Ctrl-C, the program's signal handler, a strict error) and the program may
+        # go on: what did not load yet loads at the next trigger, instead of never (the engine
+        # dropped this callable before calling it). Entry points that did load are not loaded twice.
+        engine.defer(_load_deferred_sources)
+        raise
     engine.check_preferred_vendors(already_said=_vendor_typos)
     _check_disabled_keys(settings)
 
@@ -50,6 +57,7 @@ WELL_KNOWN_VENDORS = (
 
 
 _vendor_typos: set[str] = set()  # said at start: not said again once every source has loaded
+_entry_points_loaded: set[str] = set()  # "name = value" of each entry point loaded in this process
 
 
 def _check_preferred_near_misses(settings: Settings) -> None:

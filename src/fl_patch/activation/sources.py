@@ -132,8 +132,12 @@ def load_registry_modules(names: tuple[str, ...], registry: Registry, problems: 
     return [name for name in names if import_source(name, "registry module", registry, problems) is not None]
 
 
-def load_entry_points(registry: Registry, problems: ProblemSink) -> list[str]:
-    """Load each ``fl_patch.registries`` entry point; a callable one is called."""
+def load_entry_points(registry: Registry, problems: ProblemSink, *, done: set[str] | None = None) -> list[str]:
+    """Load each ``fl_patch.registries`` entry point; a callable one is called.
+
+    ``done`` (updated as they load) names entry points loaded already: skipped, so a load
+    that was interrupted half-way and run again does not call the first ones twice.
+    """
     import importlib.metadata  # deferred: ~25 ms, paid only when megatron is imported
 
     loaded = []
@@ -144,6 +148,8 @@ def load_entry_points(registry: Registry, problems: ProblemSink) -> list[str]:
         return loaded
     for entry_point in entry_points:
         label = f"{entry_point.name} = {entry_point.value}"
+        if done is not None and label in done:
+            continue
         try:
             with registry.atomically():
                 obj = entry_point.load()
@@ -157,4 +163,6 @@ def load_entry_points(registry: Registry, problems: ProblemSink) -> list[str]:
             )
             continue
         loaded.append(label)
+        if done is not None:
+            done.add(label)
     return loaded

@@ -184,3 +184,69 @@ def _own_exit_cases() -> list[HostileCase]:
 
 
 CASES = [*_stop_cases(), *_own_exit_cases()]
+
+
+# Ctrl-C then retry: the program catches a KeyboardInterrupt that landed in plugin code
+# (the first time only: a flag on builtins) and imports again. The retry must find
+# fl_patch as if the interrupted attempt had never started: the target patched, no stale
+# state (a cached platform guess, a registry half loaded, deferred sources dropped).
+_INTERRUPT_ONCE = (
+    "import builtins\n"
+    "if not getattr(builtins, '_fl_interrupted', False):\n"
+    "    builtins._fl_interrupted = True\n"
+    "    raise KeyboardInterrupt\n"
+)
+
+_RETRY_MAIN = """\
+import sys
+{activation}
+try:
+    from tpkg import target_mod
+except KeyboardInterrupt:
+    print('INTERRUPTED')
+    sys.modules.pop('tpkg.target_mod', None)
+    {again}
+    from tpkg import target_mod
+print('RESULT', target_mod.f())
+"""
+
+
+def _retry_cases() -> list[HostileCase]:
+    cases = []
+    for where in _LANDINGS:
+        for torch in (False, True):
+            if torch and where not in ("impl import", "entry point"):
+                continue  # torch's import is seconds: two landings show it
+            files, env = _landing(where, "SIGINT")
+            interrupt = ("import torch\n" if torch else "") + _INTERRUPT_ONCE
+            activation, again = "", ""
+            if where == "registry module import":
+                activation, again = (
+                    "import fl_patch\ntry:\n    fl_patch.install()\nexcept KeyboardInterrupt:\n    print('INTERRUPTED')\n",
+                    "pass",
+                )
+                activation += "fl_patch.install()"
+            for name, text in files.items():
+                if name.endswith(".py") and "os.kill" in text:
+                    files[name] = text.replace(_SEND.format(signal="SIGINT"), interrupt)
+            stdout = ("INTERRUPTED", "RESULT impl")
+            cases.append(
+                HostileCase(
+                    GROUP,
+                    f"Ctrl-C in a plugin's {where}{' importing torch' if torch else ''}, caught, then imported again",
+                    {
+                        **files,
+                        "main.py": _RETRY_MAIN.format(activation=activation, again=again or "pass"),
+                        "tpkg/__init__.py": "",
+                        "tpkg/target_mod.py": _TARGET,
+                    },
+                    env={"PYTHONPATH": _PATH, **_FAST, "FL_PATCH_TRIGGERS": "tpkg", **env},
+                    stdout=stdout,
+                    not_stderr=("FlPatchWarning",),
+                    strict_same=True,
+                )
+            )
+    return cases
+
+
+CASES += _retry_cases()
