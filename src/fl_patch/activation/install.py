@@ -21,7 +21,14 @@ import types
 
 from fl_patch.activation import sources as _sources
 from fl_patch.activation.runtime import RUNTIME
-from fl_patch.activation.settings import Settings, closest, enabled, misspelled_names, unrecognised_values
+from fl_patch.activation.settings import (
+    Settings,
+    closest,
+    enabled,
+    misspelled_names,
+    pin_report_file,
+    unrecognised_values,
+)
 from fl_patch.compat import flagscale_tree as _flagscale
 from fl_patch.core.errors import warn
 from fl_patch.hooks import PatchingFinder, PathHookWatchdog
@@ -145,6 +152,7 @@ def install() -> bool:
     with RUNTIME.lock:
         if engine.installed:
             return True
+        pin_report_file()
         settings = Settings.from_environ()
         _configure(settings)
         first = not RUNTIME.sources_loaded

@@ -155,8 +155,9 @@ def activate(bootstrap_dir: str) -> None:
         return  # a second bootstrap copy (the template and the launcher's, say) does nothing
     RUNTIME.bootstrap_ran = True
     try:
-        from fl_patch.activation.settings import Settings
+        from fl_patch.activation.settings import Settings, pin_report_file
 
+        pin_report_file()  # before any child is started: they inherit the absolute path
         settings = Settings.from_environ()
         if not settings.enabled:
             return

@@ -250,3 +250,122 @@ def _retry_cases() -> list[HostileCase]:
 
 
 CASES += _retry_cases()
+
+
+# The report file accepts what a shell's `>>` accepts and never keeps a finished program
+# from exiting. Each case's program exits 7 (its own status must come back) after a patched
+# call; a shell around it makes the destination (a FIFO, a descriptor, a link) and checks
+# what arrived. Generated: destination x how the path is given (--report-file, the variable).
+_REPORT_FILES = {
+    "main.py": "import sys\nfrom tpkg import target_mod\nprint('PROGRAM-OK', target_mod.f())\nsys.stdout.flush()\nsys.exit(7)\n",
+    "tpkg/__init__.py": "",
+    "tpkg/target_mod.py": _TARGET,
+    "impl.py": "def f():\n    return 'impl'\n",
+    "reg.py": "from fl_patch import register\nregister('tpkg.target_mod.f', 'impl.f')\n",
+    # What arrived at the destination: one JSON line naming the target, the secret redacted.
+    "got.py": (
+        "import json, sys\n"
+        "text = open(sys.argv[1]).read()\n"
+        "entries = [json.loads(line) for line in text.splitlines() if line.startswith('{')]\n"
+        "(entry,) = [e for e in entries if any(r['status'] == 'applied' for r in e['records'])]\n"
+        "assert entry['records'][0]['target'] == 'tpkg.target_mod.f', entry\n"
+        "assert 'hunter2' not in text, text\n"
+        "print('REPORT-ARRIVED')\n"
+    ),
+}
+
+# destination: (shell lines before the run, the path, redirections of the run, shell lines after, stdout, warns)
+_DESTINATIONS: dict[str, tuple[str, str, str, str, tuple[str, ...], tuple[str, ...]]] = {
+    "a FIFO no process reads": ("mkfifo r.fifo", "r.fifo", "", "", (), ("FIFO no process is reading",)),
+    "a FIFO a process reads": (
+        "mkfifo r.fifo; cat r.fifo > got.txt & reader=$!",
+        "r.fifo",
+        "",
+        "wait $reader; {python} got.py got.txt",
+        ("REPORT-ARRIVED",),
+        (),
+    ),
+    "/dev/stderr (redirected to a file)": (
+        "",
+        "/dev/stderr",
+        "2> got.txt",
+        "{python} got.py got.txt",
+        ("REPORT-ARRIVED",),
+        (),
+    ),
+    "/dev/fd/3": ("", "/dev/fd/3", "3> got.txt", "{python} got.py got.txt", ("REPORT-ARRIVED",), ()),
+    "/dev/null": ("", "/dev/null", "", "", (), ()),
+    "a link to /dev/null": ("ln -s /dev/null r.link", "r.link", "", "", (), ()),
+    "a link to a FIFO a process reads": (
+        "mkfifo r.fifo; ln -s r.fifo r.link; cat r.fifo > got.txt & reader=$!",
+        "r.link",
+        "",
+        "wait $reader; {python} got.py got.txt",
+        ("REPORT-ARRIVED",),
+        (),
+    ),
+    # The security rule stays: a link to a regular file is not written through.
+    "a link to a regular file": (
+        "echo precious > victim.txt; ln -s victim.txt r.link",
+        "r.link",
+        "",
+        "grep -qx precious victim.txt && test $(wc -l < victim.txt) -eq 1 && echo VICTIM-UNTOUCHED",
+        ("VICTIM-UNTOUCHED",),
+        ("symbolic link",),
+    ),
+    "a dangling link": (
+        "ln -s nowhere.txt r.link",
+        "r.link",
+        "",
+        "test ! -e nowhere.txt && echo NOTHING-CREATED",
+        ("NOTHING-CREATED",),
+        ("symbolic link",),
+    ),
+    # A relative path names the directory the job started in, also for a child started elsewhere.
+    "a relative path, and a child in another directory": (
+        'mkdir -p sub; printf \'import subprocess, sys\\nsys.exit(subprocess.run([sys.executable, "../main.py"], cwd="sub").returncode)\\n\' > parent.py',
+        "rel.jsonl",
+        "",
+        "test ! -e sub/rel.jsonl && {python} got.py rel.jsonl",
+        ("REPORT-ARRIVED",),
+        (),
+    ),
+}
+
+
+def _report_cases() -> list[HostileCase]:
+    cases = []
+    for destination, (before, path, redirect, after, stdout, warns) in _DESTINATIONS.items():
+        for given in ("--report-file", "FL_PATCH_REPORT_FILE"):
+            env = {"PYTHONPATH": _PATH, **_FAST, "FL_PATCH_REGISTRY": "reg", "FL_PATCH_TRIGGERS": "tpkg"}
+            program = "main.py"
+            if destination.startswith("a relative path"):
+                if given == "--report-file":
+                    continue  # the launcher makes it absolute itself
+                program = "parent.py"
+            if given == "--report-file":
+                run = f"{{python}} -m fl_patch --report-file {path} {program} --password hunter2"
+            else:
+                env["FL_PATCH_REPORT_FILE"] = path
+                run = f"{{python}} -m fl_patch {program} --password hunter2"
+            script = "\n".join(
+                filter(None, [before, f"{run} {redirect}; status=$?", after, 'echo "STATUS $status"', "exit $status"])
+            )
+            cases.append(
+                HostileCase(
+                    GROUP,
+                    f"report file: {destination} ({given})",
+                    _REPORT_FILES,
+                    command=("sh", "-c", script),
+                    env=env,
+                    stdout=("PROGRAM-OK impl", "STATUS 7", *stdout),
+                    rc=7,
+                    warns=warns,
+                    not_stderr=() if warns else ("could not write the exit report",),
+                    timeout=30.0,
+                )
+            )
+    return cases
+
+
+CASES += _report_cases()
