@@ -121,16 +121,16 @@ def _configure(settings: Settings) -> None:
         RUNTIME.flagscale_configured = True
         engine.on_load(_flagscale.DECORATORS, _join_flagscale_tree)
         engine.vendor_choice.add_hint(_flagscale_platform)
+    if settings.strict:  # before the report's: atexit runs the report first, then this check
+        from fl_patch.activation import strict as _strict
+
+        _strict.arm()
     if settings.report_at_exit:
         from fl_patch.introspection import exit_report as _exit_report  # only in report mode: a normal run pays nothing
 
         _exit_report.enable()
     else:
         engine.call_counter = None
-    if settings.strict:
-        from fl_patch.activation import strict as _strict
-
-        _strict.arm()
 
 
 def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
@@ -216,6 +216,9 @@ def uninstall() -> bool:
         RUNTIME.finder = RUNTIME.path_hook = RUNTIME.gpu_only_finder = None
         engine.installed = False
     engine.revert_all()
+    strict = sys.modules.get("fl_patch.activation.strict")
+    if strict is not None:
+        strict.disarm()  # its excepthook and exit check: uninstall leaves nothing of fl_patch behind
     return True
 
 

@@ -161,6 +161,12 @@ def activate(bootstrap_dir: str) -> None:
         settings = Settings.from_environ()
         if not settings.enabled:
             return
+        if settings.strict:
+            from fl_patch.activation.strict import register_exit_check
+
+            # Before the program's first line: its atexit handlers, registered later, run before
+            # strict mode's exit check, which may end the process (activation/strict.py).
+            register_exit_check()
         if settings.watch_children:
             from fl_patch.activation.children import watch
 

@@ -55,7 +55,16 @@ from dataclasses import replace
 from fl_patch.activation.runtime import RUNTIME
 from fl_patch.core.records import PatchRecord, Status
 
-__all__ = ["CallCounts", "counted_records", "enable", "format_report", "make_counter", "names_secret", "redact_argv"]
+__all__ = [
+    "CallCounts",
+    "counted_records",
+    "enable",
+    "format_report",
+    "make_counter",
+    "names_secret",
+    "redact_argv",
+    "report_now",
+]
 
 
 class CallCounts:
@@ -65,6 +74,7 @@ class CallCounts:
         self.counters: dict[str, itertools.count[int]] = {}
         self.lock = threading.Lock()
         self.atexit_registered = False
+        self.reported = False  # this process's report was written (once: at exit, or by strict's stop)
 
 
 def _counts() -> CallCounts:
@@ -225,9 +235,20 @@ def _calls(record: PatchRecord) -> str:
     return "-" if record.calls is None else str(record.calls)
 
 
+def report_now() -> None:
+    """Write this process's exit report now, unless it was (strict mode's stop calls this before ``os._exit``)."""
+    if RUNTIME.call_counts is not None and RUNTIME.call_counts.atexit_registered:
+        _report_at_exit()
+
+
 def _report_at_exit() -> None:
     if not RUNTIME.installed and RUNTIME.call_counts is None:
         return
+    counts = _counts()
+    with counts.lock:
+        if counts.reported:
+            return
+        counts.reported = True
     engine = RUNTIME.engine
     try:
         settings = engine.settings

@@ -369,3 +369,103 @@ def _report_cases() -> list[HostileCase]:
 
 
 CASES += _report_cases()
+
+
+# Strict mode's exit: a strict error the program swallowed (`except Exception` around an
+# import, as megatron does) stops the run at exit with status 1, but only after the
+# program's own atexit handlers (registered before and after fl_patch installed) and the
+# exit report ran. Generated: activation x report on/off. The registration comes from an
+# entry point, so fl_patch installs at the trigger's import, after the first handler.
+_STRICT_EXIT_FILES = {
+    "plug-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: plug\nVersion: 0.1\n",
+    "plug-0.1.dist-info/entry_points.txt": "[fl_patch.registries]\nplug = plugreg\n",
+    "plugreg.py": "from fl_patch import register\nregister('tpkg.target_mod.f', 'impl.f')\n",
+    "impl.py": "import vendor_sdk_missing\n",
+    "tpkg/__init__.py": "",
+    "tpkg/target_mod.py": _TARGET,
+}
+
+_STRICT_EXIT_MAIN = """\
+import atexit
+{activation}atexit.register(lambda: print('ATEXIT-EARLY', flush=True))
+try:
+    from tpkg import target_mod
+except Exception:
+    pass  # upstream code's `except Exception` around an optional import
+atexit.register(lambda: print('ATEXIT-LATE', flush=True))
+print('PROGRAM-OK')
+"""
+
+
+def _strict_exit_cases() -> list[HostileCase]:
+    cases = []
+    launches = {
+        "python -m fl_patch": ("", "{python} -m fl_patch main.py", {}),
+        "sitecustomize": ("", "{python} main.py", {"PYTHONPATH": "{template}:{dir}:{src}"}),
+        "fl_patch.install() first": ("import fl_patch\nfl_patch.install()\n", "{python} main.py", {}),
+    }
+    for launch, (activation, run, launch_env) in launches.items():
+        for report in (False, True):
+            script = run + (
+                "; status=$?; grep -q tpkg.target_mod.f rep.jsonl && echo REPORT-WRITTEN; exit $status"
+                if report
+                else ""
+            )
+            env = {"PYTHONPATH": _PATH, **_FAST, "FL_PATCH_TRIGGERS": "tpkg", **launch_env}
+            if report:
+                env["FL_PATCH_REPORT_FILE"] = "rep.jsonl"
+            ran = ("ATEXIT-EARLY", "ATEXIT-LATE", *(("REPORT-WRITTEN",) if report else ()))
+            cases.append(
+                HostileCase(
+                    GROUP,
+                    f"strict exit after a swallowed error runs the atexit handlers{' and the report' if report else ''} ({launch})",
+                    {**_STRICT_EXIT_FILES, "main.py": _STRICT_EXIT_MAIN.format(activation=activation)},
+                    command=("sh", "-c", script),
+                    env=env,
+                    stdout=("PROGRAM-OK", *ran),
+                    warns=("vendor_sdk_missing",),
+                    strict_stops=True,
+                    strict_rc=1,
+                    strict_stdout=ran,
+                )
+            )
+    return cases
+
+
+# FL_PATCH_STRICT=2 (on, like any value that is not off) where fl_patch cannot be imported:
+# the bootstrap stops as it does for FL_PATCH_STRICT=1. A broken fl_patch (its import raises)
+# stops start-up; a missing one stops at the first megatron import, one message, status 1.
+def _unimportable_cases() -> list[HostileCase]:
+    cases = []
+    broken = {
+        "fl_patch broken": {"fake/fl_patch/__init__.py": "raise RuntimeError('half-installed fl_patch')\n"},
+        # What an interpreter without fl_patch's dependencies sees (shadowing the installed copy).
+        "fl_patch missing": {"fake/fl_patch/__init__.py": "raise ImportError(\"No module named 'wrapt'\")\n"},
+    }
+    for kind, extra in broken.items():
+        for value in ("1", "2", "strict"):
+            files = {
+                **extra,
+                # `import megatron` only: megatron.core needs triton here, with or without fl_patch.
+                "main.py": ("import megatron\n" if "missing" in kind else "") + "print('PROGRAM-OK')\n",
+            }
+            cases.append(
+                HostileCase(
+                    GROUP,
+                    f"FL_PATCH_STRICT={value} and {kind}",
+                    files,
+                    command=("{python}", "main.py"),
+                    # Only the template and the fake on the path: fl_patch's own src is not.
+                    env={"PYTHONPATH": "{template}:{dir}/fake", "FL_PATCH_STRICT": value},
+                    stdout=(),
+                    not_stdout=("PROGRAM-OK",),
+                    rc=1,
+                    warns=("fl_patch",),
+                    strict_stops=False,
+                )
+            )
+    return cases
+
+
+CASES += _strict_exit_cases()
+CASES += _unimportable_cases()
