@@ -176,7 +176,8 @@ def install() -> bool:
     except BaseException:
         # Ctrl-C (or a strict error) half-way: take everything out again, so that the
         # next install() starts from the beginning instead of from a half-loaded registry.
-        uninstall()
+        # Strict mode stays armed: its excepthook is what prints the error in flight as one line.
+        _uninstall(disarm_strict=False)
         raise
     return True
 
@@ -202,6 +203,10 @@ def load_sources() -> None:
 
 def uninstall() -> bool:
     """Deactivate and restore every original; returns False if it was not installed."""
+    return _uninstall(disarm_strict=True)
+
+
+def _uninstall(*, disarm_strict: bool) -> bool:
     engine = RUNTIME.engine
     with RUNTIME.lock:
         if not engine.installed:
@@ -217,7 +222,7 @@ def uninstall() -> bool:
         engine.installed = False
     engine.revert_all()
     strict = sys.modules.get("fl_patch.activation.strict")
-    if strict is not None:
+    if strict is not None and disarm_strict:
         strict.disarm()  # its excepthook and exit check: uninstall leaves nothing of fl_patch behind
     return True
 
