@@ -52,3 +52,53 @@ def test_unknown_preferred_vendor_is_an_error_in_strict_mode(engine, monkeypatch
     with pytest.raises(fl_patch.FlPatchError, match="kunlun"):
         fl_patch.install()
         engine.run_deferred()
+
+
+def _flaky(first: BaseException, then: str) -> object:
+    """A detector that fails (or is interrupted) the first time it is asked, then answers ``then``."""
+    calls: list[int] = []
+
+    def detect() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise first
+        return then
+
+    return detect
+
+
+@pytest.mark.parametrize("first", [RuntimeError("torch half-imported"), KeyboardInterrupt()])
+def test_a_failed_or_interrupted_detection_is_asked_again(monkeypatch, first: BaseException) -> None:
+    # Ctrl-C while the first patch's detection imported torch, caught by the program, which
+    # imports again: the retry must not run on a guess ('cpu') cached from the failed attempt.
+    from fl_patch.core import vendors
+    from fl_patch.core.errors import ProblemSink
+
+    monkeypatch.setattr(vendors, "detect_platform", _flaky(first, "cuda"))
+    choice = vendors.VendorChoice(ProblemSink())
+    if isinstance(first, KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):
+            choice.vendors()
+    else:
+        with pytest.warns(fl_patch.FlPatchWarning, match="could not detect the platform"):
+            assert choice.vendors() == ("cpu", "default")  # this once: the guess, said
+    assert not choice.detected
+    assert choice.vendors() == ("cuda", "default")
+    assert choice.detected
+
+
+@pytest.mark.parametrize("first", [RuntimeError("plugin tree half-imported"), KeyboardInterrupt()])
+def test_a_failed_or_interrupted_platform_hint_is_asked_again(monkeypatch, first: BaseException) -> None:
+    from fl_patch.core import vendors
+    from fl_patch.core.errors import ProblemSink
+
+    monkeypatch.setattr(vendors, "detect_platform", lambda: "cpu")
+    choice = vendors.VendorChoice(ProblemSink())
+    choice.add_hint(_flaky(first, "kunlunxin"))  # type: ignore[arg-type]
+    if isinstance(first, KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):
+            choice.vendors()
+    else:
+        with pytest.warns(fl_patch.FlPatchWarning, match="platform detection failed"):
+            assert choice.vendors() == ("cpu", "default")
+    assert choice.vendors() == ("kunlunxin", "cpu", "default")

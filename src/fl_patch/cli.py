@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from fl_patch._options import COMMANDS, OPTIONS, Option
 from fl_patch._suggest import did_you_mean
-from fl_patch.activation.settings import ENV
+from fl_patch.activation.settings import ENV, pin_report_file
 
 if TYPE_CHECKING:
     from fl_patch.introspection.check import CheckReport, CheckResult, Listed
@@ -205,6 +205,7 @@ def parse(argv: Sequence[str], prog: str | None = None) -> Options:
 
 def _apply_environment(options: Options) -> None:
     os.environ.update(options.env)
+    pin_report_file()  # FL_PATCH_REPORT_FILE set by hand, relative: fixed here, before the program starts
     for variable, values in options.append.items():
         existing = [v for v in os.environ.get(variable, "").split(",") if v.strip()]
         added = [v.strip() for value in values for v in value.split(",") if v.strip()]

@@ -21,7 +21,15 @@ import types
 
 from fl_patch.activation import sources as _sources
 from fl_patch.activation.runtime import RUNTIME
-from fl_patch.activation.settings import ENV, Settings, closest, enabled, misspelled_names, unrecognised_values
+from fl_patch.activation.settings import (
+    ENV,
+    Settings,
+    closest,
+    enabled,
+    misspelled_names,
+    pin_report_file,
+    unrecognised_values,
+)
 from fl_patch.compat import flagscale_tree as _flagscale
 from fl_patch.core.errors import warn
 from fl_patch.core.import_state import plugin_window
@@ -34,20 +42,27 @@ __all__ = ["current_finder", "install", "is_installed", "load_sources", "uninsta
 def _load_deferred_sources() -> None:
     engine = RUNTIME.engine
     settings = engine.settings
-    if RUNTIME.missing_registries:
-        # Not on sys.path at install (a tool this process is, whose path does not reach the job's
-        # directory; or a program that extends sys.path before importing megatron): megatron
-        # loads now, so now it is the job's problem, said once (strict: this import stops).
-        names, RUNTIME.missing_registries = tuple(RUNTIME.missing_registries), []
-        _sources.load_registry_modules(names, RUNTIME.registry, RUNTIME.problems)
-    if not _packs_named(settings):
-        # Every shipped pack (nobody named one): only now that megatron itself loads, and first,
-        # so that their torch targets are in place before megatron's own modules run.
-        _sources.load_packs(None, RUNTIME.registry, RUNTIME.problems)
-    if settings.entry_points:
-        _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems)
-    if settings.flagscale_tree:
-        _flagscale.load_tree(RUNTIME.registry, RUNTIME.problems, engine, hooked=engine.installed)
+    try:
+        if RUNTIME.missing_registries:
+            # Not on sys.path at install (a tool this process is, whose path does not reach the job's
+            # directory; or a program that extends sys.path before importing megatron): megatron
+            # loads now, so now it is the job's problem, said once (strict: this import stops).
+            names, RUNTIME.missing_registries = tuple(RUNTIME.missing_registries), []
+            _sources.load_registry_modules(names, RUNTIME.registry, RUNTIME.problems)
+        if not _packs_named(settings):
+            # Every shipped pack (nobody named one): only now that megatron itself loads, and first,
+            # so that their torch targets are in place before megatron's own modules run.
+            _sources.load_packs(None, RUNTIME.registry, RUNTIME.problems)
+        if settings.entry_points:
+            _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems, done=_entry_points_loaded)
+        if settings.flagscale_tree:
+            _flagscale.load_tree(RUNTIME.registry, RUNTIME.problems, engine, hooked=engine.installed)
+    except BaseException:
+        # Interrupted (Ctrl-C, the program's signal handler, a strict error) and the program may
+        # go on: what did not load yet loads at the next trigger, instead of never (the engine
+        # dropped this callable before calling it). Sources that did load are not loaded twice.
+        engine.defer(_load_deferred_sources)
+        raise
     engine.check_preferred_vendors(already_said=_vendor_typos)
     _check_disabled_keys(settings)
 
@@ -61,6 +76,7 @@ WELL_KNOWN_VENDORS = (
 
 
 _vendor_typos: set[str] = set()  # said at start: not said again once every source has loaded
+_entry_points_loaded: set[str] = set()  # "name = value" of each entry point loaded in this process
 
 
 def _check_preferred_near_misses(settings: Settings) -> None:
@@ -117,16 +133,16 @@ def _configure(settings: Settings) -> None:
         RUNTIME.flagscale_configured = True
         engine.on_load(_flagscale.DECORATORS, _join_flagscale_tree)
         engine.vendor_choice.add_hint(_flagscale_platform)
+    if settings.strict:  # before the report's: atexit runs the report first, then this check
+        from fl_patch.activation import strict as _strict
+
+        _strict.arm()
     if settings.report_at_exit:
         from fl_patch.introspection import exit_report as _exit_report  # only in report mode: a normal run pays nothing
 
         _exit_report.enable()
     else:
         engine.call_counter = None
-    if settings.strict:
-        from fl_patch.activation import strict as _strict
-
-        _strict.arm()
 
 
 def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
@@ -169,6 +185,7 @@ def install() -> bool:
     with RUNTIME.lock:
         if engine.installed:
             return True
+        pin_report_file()
         settings = Settings.from_environ()
         _configure(settings)
         first = not RUNTIME.sources_loaded
@@ -194,7 +211,8 @@ def install() -> bool:
     except BaseException:
         # Ctrl-C (or a strict error) half-way: take everything out again, so that the
         # next install() starts from the beginning instead of from a half-loaded registry.
-        uninstall()
+        # Strict mode stays armed: its excepthook is what prints the error in flight as one line.
+        _uninstall(disarm_strict=False)
         raise
     return True
 
@@ -220,6 +238,10 @@ def load_sources() -> None:
 
 def uninstall() -> bool:
     """Deactivate and restore every original; returns False if it was not installed."""
+    return _uninstall(disarm_strict=True)
+
+
+def _uninstall(*, disarm_strict: bool) -> bool:
     engine = RUNTIME.engine
     with RUNTIME.lock:
         if not engine.installed:
@@ -236,6 +258,9 @@ def uninstall() -> bool:
         RUNTIME.finder = RUNTIME.path_hook = RUNTIME.gpu_only_finder = None
         engine.installed = False
     engine.revert_all()
+    strict = sys.modules.get("fl_patch.activation.strict")
+    if strict is not None and disarm_strict:
+        strict.disarm()  # its excepthook and exit check: uninstall leaves nothing of fl_patch behind
     return True
 
 

@@ -9,7 +9,7 @@ CLI's options reach torchrun workers and multiprocessing children.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 
 __all__ = [
     "ENV",
@@ -17,6 +17,7 @@ __all__ = [
     "closest",
     "enabled",
     "misspelled_names",
+    "pin_report_file",
     "strict_requested",
     "unrecognised_values",
 ]
@@ -152,6 +153,20 @@ def _csv(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
     """Whether fl_patch is on at all (``FL_PATCH=0`` turns it off)."""
     return _flag(os.environ if environ is None else environ, ENV.ENABLED, True)
+
+
+def pin_report_file(environ: MutableMapping[str, str] | None = None) -> None:
+    """Make a relative ``FL_PATCH_REPORT_FILE`` absolute, in the environment children inherit.
+
+    A relative path means "here", where the job was started; each process would otherwise
+    resolve it against its own working directory (torchrun's workers, a ``subprocess`` with
+    ``cwd=``), and the reports would be scattered, or lost. Called once per process at
+    activation (the bootstrap, the launcher, ``install()``), before any child is started.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get(ENV.REPORT_FILE, "").strip()
+    if value and not os.path.isabs(value):
+        env[ENV.REPORT_FILE] = os.path.abspath(value)
 
 
 def strict_requested(environ: Mapping[str, str] | None = None) -> bool:

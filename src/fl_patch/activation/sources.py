@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from fl_patch.activation.settings import ENV
+from fl_patch.core.errors import is_stop_request
 from fl_patch.impls import PACKS
 
 ENV_LOADING = ENV.LOADING
@@ -78,9 +79,9 @@ def import_source(
             if function:
                 getattr(module, function)()
             return module
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # noqa: BLE001  (a broken registry, even one that calls sys.exit, must not end the run)
+    except BaseException as exc:  # (a broken registry, even one that calls sys.exit, must not end the run)
+        if is_stop_request(exc):
+            raise  # Ctrl-C, or the program's signal handler landing here: the program's, obeyed
         if missing_ok and _is_itself_missing(exc, module_name):
             raise _Missing(module_name) from None
         if _is_itself_missing(exc, module_name):
@@ -197,8 +198,12 @@ def loading() -> Iterator[None]:
             os.environ[key] = previous
 
 
-def load_entry_points(registry: Registry, problems: ProblemSink) -> list[str]:
-    """Load each ``fl_patch.registries`` entry point; a callable one is called."""
+def load_entry_points(registry: Registry, problems: ProblemSink, *, done: set[str] | None = None) -> list[str]:
+    """Load each ``fl_patch.registries`` entry point; a callable one is called.
+
+    ``done`` (updated as they load) names entry points loaded already: skipped, so a load
+    that was interrupted half-way and run again does not call the first ones twice.
+    """
     import importlib.metadata  # deferred: ~25 ms, paid only when megatron is imported
 
     loaded = []
@@ -209,17 +214,21 @@ def load_entry_points(registry: Registry, problems: ProblemSink) -> list[str]:
         return loaded
     for entry_point in entry_points:
         label = f"{entry_point.name} = {entry_point.value}"
+        if done is not None and label in done:
+            continue
         try:
             with registry.atomically(), loading():
                 obj = entry_point.load()
                 if callable(obj) and not isinstance(obj, types.ModuleType):
                     obj()
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001  (SystemExit included: a plugin does not end the run)
+        except BaseException as exc:  # (SystemExit included: a plugin does not end the run)
+            if is_stop_request(exc):
+                raise
             problems.problem(
                 f"fl_patch: entry point {label!r} ({ENTRY_POINT_GROUP}) failed: {type(exc).__name__}: {exc}"
             )
             continue
         loaded.append(label)
+        if done is not None:
+            done.add(label)
     return loaded

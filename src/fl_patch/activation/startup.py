@@ -34,7 +34,7 @@ from types import ModuleType
 
 from fl_patch.activation.runtime import RUNTIME
 from fl_patch.activation.settings import ENV, strict_requested
-from fl_patch.core.errors import FlPatchError, warn
+from fl_patch.core.errors import FlPatchError, is_stop_request, warn
 
 __all__ = ["activate", "armed"]
 
@@ -64,8 +64,9 @@ class _ActivationTrigger:
         self.armed = False
         try:
             finder = _install()
-        except KeyboardInterrupt:
-            self.armed = True  # interrupted: the next such import tries again
+        except BaseException as exc:
+            if is_stop_request(exc):
+                self.armed = True  # interrupted: the next such import tries again
             raise
         loaded = sys.modules.get(fullname)
         if loaded is not None:  # installing imported it (a registry did): do not load it again
@@ -106,8 +107,9 @@ class _ArmedPathHook:
             trigger.armed = False
             try:
                 _install()
-            except KeyboardInterrupt:
-                trigger.armed = True
+            except BaseException as exc:
+                if is_stop_request(exc):
+                    trigger.armed = True
                 raise
         raise ImportError("fl_patch's start-up path hook handles no path")
 
@@ -208,8 +210,9 @@ def activate(bootstrap_dir: str) -> None:
         return  # a second bootstrap copy (the template and the launcher's, say) does nothing
     RUNTIME.bootstrap_ran = True
     try:
-        from fl_patch.activation.settings import Settings
+        from fl_patch.activation.settings import Settings, pin_report_file
 
+        pin_report_file()  # before any child is started: they inherit the absolute path
         settings = Settings.from_environ()
         if not settings.enabled:
             return
@@ -219,6 +222,12 @@ def activate(bootstrap_dir: str) -> None:
             # the same registries here would start another such child, without end.
             sys.meta_path.insert(0, _StartedWhileLoading(loading))
             return
+        if settings.strict:
+            from fl_patch.activation.strict import register_exit_check
+
+            # Before the program's first line: its atexit handlers, registered later, run before
+            # strict mode's exit check, which may end the process (activation/strict.py).
+            register_exit_check()
         if settings.watch_children:
             from fl_patch.activation.children import watch
 
@@ -230,7 +239,9 @@ def activate(bootstrap_dir: str) -> None:
         RUNTIME.trigger = _ActivationTrigger(roots, after_site=bool(settings.registry_modules))
         sys.meta_path.insert(0, RUNTIME.trigger)
         sys.path_hooks.insert(0, _ArmedPathHook(RUNTIME.trigger))
-    except Exception as exc:  # noqa: BLE001  (start-up must survive a broken plugin or a bug of ours)
+    except Exception as exc:  # (start-up must survive a broken plugin or a bug of ours)
+        if is_stop_request(exc):
+            raise
         _report(exc, "fl_patch could not arm itself in this process")
 
 
@@ -247,6 +258,8 @@ def _install() -> object | None:
             raise  # inside an import: the import fails with the message, as strict asks
         return None
     except Exception as exc:  # a bug of ours must not break the program's import
+        if is_stop_request(exc):
+            raise
         message = f"fl_patch could not activate in this process: {type(exc).__name__}: {exc}"
         if strict_requested():
             raise FlPatchError(message) from exc

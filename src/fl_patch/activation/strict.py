@@ -11,8 +11,21 @@ raised there is swallowed and the program runs on, unpatched, which is what stri
 exists to prevent. Every strict error is kept (``ProblemSink.failures``) until it
 reaches the excepthook. One that has not is raised again at the next watched import
 (``Engine.before_exec``); and at exit, if it still never ended the process, the message
-is printed and the exit status is 1 (``os._exit``, after flushing the standard streams
-and logging).
+is printed and the exit status is 1.
+
+**The exit runs everything a normal exit runs.** The status can only be changed by
+``os._exit`` (``SystemExit`` in an atexit handler is printed and ignored), which skips
+whatever has not run yet: the program's own atexit handlers (a checkpoint, a
+``wandb.finish``) and fl_patch's report, which would then be empty exactly when there
+was a problem. atexit runs handlers last-registered first, so the check is registered
+as early as fl_patch can: by the bootstrap, before the program's first line, when strict
+mode is asked (``register_exit_check``); by ``arm`` otherwise. When it stops it is the
+last handler left (but those registered before it: another ``sitecustomize``'s, or the
+program's before ``fl_patch.install()``); it writes the exit report itself if that has
+not run, shuts logging down and flushes the streams, then ``os._exit(1)``.
+
+``disarm`` (called by ``uninstall()``) takes out what ``arm`` put in: the excepthook
+(where it is still ours) and the exit check.
 
 The exit check also says (a warning; strict: exit status 1) when a module that owns a
 target was imported but never seen by the hook (another import hook took it, or
@@ -30,20 +43,45 @@ from collections.abc import Callable
 from fl_patch.activation.runtime import RUNTIME
 from fl_patch.core.errors import FlPatchError, warn
 
-__all__ = ["arm"]
+__all__ = ["arm", "disarm", "register_exit_check"]
 
 _previous_hook: Callable[..., object] | None = None
+_registered = False  # _at_exit is in atexit's list
+_armed = False  # strict mode is on in this installation: the check acts
+
+
+def register_exit_check() -> None:
+    """Put the exit check in atexit's list now, early, so that it runs after the handlers registered later.
+
+    It does nothing at exit unless ``arm`` ran (strict mode on when fl_patch installed).
+    """
+    global _registered
+    if not _registered:
+        _registered = True
+        atexit.register(_at_exit)
 
 
 def arm() -> None:
-    """Install the excepthook and the exit check (once per process)."""
-    global _previous_hook
-    if RUNTIME.exit_check:
+    """Install the excepthook and the exit check (once per installation)."""
+    global _previous_hook, _armed
+    if _armed:
         return
-    RUNTIME.exit_check = True
-    _previous_hook = sys.excepthook
-    sys.excepthook = _excepthook
-    atexit.register(_at_exit)
+    _armed = RUNTIME.exit_check = True
+    if sys.excepthook is not _excepthook:
+        _previous_hook = sys.excepthook
+        sys.excepthook = _excepthook
+    register_exit_check()
+
+
+def disarm() -> None:
+    """Take out what ``arm`` put in (``uninstall()``): the excepthook where it is still ours, the exit check."""
+    global _previous_hook, _armed, _registered
+    if sys.excepthook is _excepthook:
+        sys.excepthook = _previous_hook if _previous_hook is not None else sys.__excepthook__
+    _previous_hook = None
+    if _registered:
+        atexit.unregister(_at_exit)
+    _armed = _registered = RUNTIME.exit_check = False
 
 
 def _strict_error(exc: BaseException | None) -> FlPatchError | None:
@@ -71,6 +109,8 @@ def _excepthook(kind: type[BaseException], value: BaseException, tb: types.Trace
 
 
 def _at_exit() -> None:
+    if not _armed:
+        return
     try:
         engine = RUNTIME.engine if RUNTIME.installed else None
         missed = engine.unprocessed_modules() if engine is not None else []
@@ -94,6 +134,12 @@ def _at_exit() -> None:
 
 
 def _stop(message: str) -> None:
+    exit_report = sys.modules.get("fl_patch.introspection.exit_report")
+    try:
+        if exit_report is not None:
+            exit_report.report_now()  # registered before this check, it would not run after os._exit
+    except Exception:  # noqa: BLE001  (the report says its own problems; the stop must happen)
+        pass
     logging = sys.modules.get("logging")
     try:
         if logging is not None:

@@ -15,6 +15,7 @@ stop anyway: at the next watched import, or at exit.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -29,6 +30,7 @@ __all__ = [
     "PlatformNotReady",
     "ProblemSink",
     "hidden_by_other_filters",
+    "is_stop_request",
     "warn",
 ]
 
@@ -134,6 +136,76 @@ def _write_to_stderr(text: str) -> None:
             os.write(2, text.encode(errors="replace"))
         except OSError:
             pass
+
+
+def is_stop_request(exc: BaseException) -> bool:
+    """Whether ``exc``, caught around plugin code, is the program's request to stop: re-raise it.
+
+    Every ``except BaseException`` around plugin code (an impl's import, a registry module,
+    an entry point, a plugin tree) asks this one function. A plugin's own ``sys.exit()``
+    at import is a plugin fault: reported, and the run goes on. But a signal arrives
+    wherever the main thread happens to be, and if that is inside a plugin's import, what
+    the program's handler raises surfaces there too: it is the program's, not the
+    plugin's. So a stop request is
+
+    - ``KeyboardInterrupt`` (Ctrl-C through Python's default SIGINT handler, or raised
+      by hand: either way a person or a supervisor asked the process to stop);
+    - anything raised by a Python signal handler installed right now
+      (``signal.getsignal``): one of the traceback's frames runs a handler's code.
+      ``SystemExit`` from ``signal.signal(SIGTERM, lambda *_: sys.exit(143))``, and
+      equally torchelastic's ``SignalException`` or a program's own ``Preempted``
+      exception, which it catches at its top level to checkpoint.
+
+    Plain python would let each of these end (or unwind) the program; so must fl_patch.
+    """
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    handlers = _signal_handler_codes()
+    if not handlers:
+        return False
+    while tb is not None:
+        if tb.tb_frame.f_code in handlers:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _signal_handler_codes() -> set[types.CodeType]:
+    """The code objects of the Python signal handlers installed now (asked only when an exception is caught)."""
+    import signal  # deferred: needed only once something was caught
+
+    codes: set[types.CodeType] = set()
+    for signum in signal.valid_signals():
+        try:
+            handler = signal.getsignal(signum)
+        except (OSError, ValueError):
+            continue
+        code = _code_of(handler)
+        if code is not None:
+            codes.add(code)
+    return codes
+
+
+def _code_of(handler: object) -> types.CodeType | None:
+    """The code a handler runs first: a function's, a bound method's, a partial's function's, a callable object's ``__call__``."""
+    for _ in range(8):  # partial of a bound method of ...: a few layers, never a loop
+        if isinstance(handler, functools.partial):
+            handler = handler.func
+        elif isinstance(handler, types.MethodType):
+            handler = handler.__func__
+        elif isinstance(handler, types.FunctionType):
+            return handler.__code__
+        elif handler is None or isinstance(handler, (int, types.BuiltinFunctionType)):
+            return None  # SIG_DFL / SIG_IGN, a C handler, or none from Python
+        else:
+            call = type(handler).__call__ if callable(handler) else None
+            if call is None or isinstance(call, (types.WrapperDescriptorType, types.MethodWrapperType)):
+                return None
+            handler = call
+    return None
 
 
 class NotYet(Exception):

@@ -37,7 +37,7 @@ from fl_patch.core.apply import (
     module_patch,
     revert,
 )
-from fl_patch.core.errors import ImplStillLoading, NotYet, PlatformNotReady
+from fl_patch.core.errors import ImplStillLoading, NotYet, PlatformNotReady, is_stop_request
 from fl_patch.core.kinds import torchscript_callers
 from fl_patch.core.missing import locate, unusable, upstream_none
 from fl_patch.core.records import Status
@@ -156,9 +156,9 @@ class Target(TargetRecords):
             except ImplMismatch as exc:
                 self._fail(registration, Status.IMPL_FAILED, str(exc), ctx)
                 continue
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:  # noqa: BLE001  (plugin code: even SystemExit is reported, not obeyed)
+            except BaseException as exc:  # (plugin code: even its SystemExit is reported, not obeyed)
+                if is_stop_request(exc):
+                    raise  # Ctrl-C, or the program's signal handler: not the plugin's fault, not ours to eat
                 self._fail(registration, Status.IMPL_FAILED, f"{type(exc).__name__}: {exc}", ctx)
                 continue
             if ctx.call_counter is not None and resolved.kind in (Kind.FUNCTION, Kind.METHOD):
@@ -238,9 +238,9 @@ class Target(TargetRecords):
     def _module_impl(self, registration: Registration, ctx: PatchContext) -> types.ModuleType | None:
         try:
             impl = self._load(registration, ctx, current=None)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001  (plugin code, SystemExit included)
+        except BaseException as exc:  # (plugin code, SystemExit included)
+            if is_stop_request(exc):
+                raise
             self._fail(registration, Status.IMPL_FAILED, f"{type(exc).__name__}: {exc}", ctx)
             return None
         if not isinstance(impl, types.ModuleType):

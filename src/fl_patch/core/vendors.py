@@ -19,7 +19,7 @@ import sys
 import types
 from collections.abc import Callable, Collection, Iterable
 
-from fl_patch.core.errors import PlatformNotReady, ProblemSink
+from fl_patch.core.errors import PlatformNotReady, ProblemSink, is_stop_request
 
 __all__ = ["DEFAULT_VENDOR", "VendorChoice", "detect_platform", "vendor_priority"]
 
@@ -97,33 +97,49 @@ class VendorChoice:
         Raises ``PlatformNotReady`` while torch itself is importing (a target
         inside torch, met during torch's own import): detecting the accelerator then would read a
         half-built torch and guess wrong, so the target is retried once torch has loaded."""
-        if self._vendors is None and among is not None and set(among) <= {DEFAULT_VENDOR, *self._prefer}:
+        if self._vendors is not None:
+            return self._vendors
+        if among is not None and set(among) <= {DEFAULT_VENDOR, *self._prefer}:
             return vendor_priority(self._prefer, "")
-        if self._vendors is None:
-            if self._platform is None:
-                torch = sys.modules.get("torch")
-                spec = getattr(torch, "__spec__", None)
-                if isinstance(torch, types.ModuleType) and getattr(spec, "_initializing", False):
-                    raise PlatformNotReady("torch is still importing", blocker="torch")
-                try:
-                    self._platform = detect_platform()
-                except Exception as exc:  # noqa: BLE001  (detection must never break an import)
-                    self._platform = "cpu"
-                    self._problems.problem(f"fl_patch: could not detect the platform ({exc!r}); assuming 'cpu'")
-            self._vendors = vendor_priority(self._prefer, self._platform, self._hinted())
-        return self._vendors
+        # Only an answer is cached, never a guess: a detection that failed or was interrupted
+        # (Ctrl-C while it imported torch, then the program retried) is asked again next time,
+        # or a retry would run for the rest of the process on 'cpu' impls on a GPU machine.
+        platform, settled = self._platform, True
+        if platform is None:
+            torch = sys.modules.get("torch")
+            spec = getattr(torch, "__spec__", None)
+            if isinstance(torch, types.ModuleType) and getattr(spec, "_initializing", False):
+                raise PlatformNotReady("torch is still importing", blocker="torch")
+            try:
+                platform = detect_platform()
+            except Exception as exc:  # (detection must never break an import)
+                if is_stop_request(exc):
+                    raise
+                platform, settled = "cpu", False
+                self._problems.problem(f"fl_patch: could not detect the platform ({exc!r}); assuming 'cpu'")
+        hinted, hints_settled = self._hinted()
+        vendors = vendor_priority(self._prefer, platform, hinted)
+        if settled:
+            self._platform = platform
+            if hints_settled:
+                self._vendors = vendors
+        return vendors
 
-    def _hinted(self) -> list[str]:
-        hinted = []
+    def _hinted(self) -> tuple[list[str], bool]:
+        """The hinted platforms, and whether every hint answered (a failed one is asked again next time)."""
+        hinted, settled = [], True
         for hint in self._hints:
             try:
                 platform = hint()
-            except Exception as exc:  # noqa: BLE001  (a plugin tree's detection must not break an import)
+            except Exception as exc:  # (a plugin tree's detection must not break an import)
+                if is_stop_request(exc):
+                    raise
+                settled = False
                 self._problems.problem(f"fl_patch: a plugin tree's platform detection failed: {exc!r}; it is ignored")
                 continue
             if platform:
                 hinted.append(platform)
-        return hinted
+        return hinted, settled
 
     def reset(self) -> None:
         self._platform = None

@@ -37,7 +37,7 @@ from importlib.machinery import ModuleSpec
 
 from fl_patch.activation.settings import Settings
 from fl_patch.core.bindings import NameBindings
-from fl_patch.core.errors import FlPatchError, ProblemSink
+from fl_patch.core.errors import FlPatchError, ProblemSink, is_stop_request
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.registration import Registration
 from fl_patch.core.registry import Registry
@@ -196,10 +196,11 @@ class Engine(CatchUp, Retries, PendingWork):
         callback = self._on_load.get(name)
         if callback is not None and isinstance(current, types.ModuleType):
             callback(current)
+        linked = False
         try:
             # Impls that reach this module through its package (``import a.b`` then ``a.b.name``)
             # need the package attribute, which the import system sets only after we return.
-            _link_to_parent(name, current)
+            linked = _link_to_parent(name, current)
             targets = self.registry.targets_under(name)
             if targets:
                 self._apply([(current, name, targets)], window=name, late=False)
@@ -208,10 +209,22 @@ class Engine(CatchUp, Retries, PendingWork):
                 self._note_unobserved(name)
             if self._catch_up_due or ((self._waiting_on or self._pending) and self._waited_for_loaded()):
                 self.catch_up()
-        except (FlPatchError, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # noqa: BLE001  (a bug here must not break the host's import)
-            self.problems.problem(f"fl_patch: internal error while patching {name}: {exc!r}")
+        except BaseException as exc:  # noqa: BLE001  (a bug of ours is reported; anything else is re-raised below)
+            try:
+                if isinstance(exc, Exception) and not isinstance(exc, FlPatchError) and not is_stop_request(exc):
+                    # A bug here must not break the host's import.
+                    self.problems.problem(f"fl_patch: internal error while patching {name}: {exc!r}")
+                    return
+                raise
+            except BaseException:
+                # The import fails with it (a strict error, Ctrl-C, the program's signal handler):
+                # leave what plain python leaves after a failed import. The import system drops the
+                # module from sys.modules; the package attribute we set early must go too, or a
+                # retry's ``from pkg import mod`` gets this failed, unpatched module without
+                # importing it again.
+                if linked:
+                    _unlink_from_parent(name, current)
+                raise
 
     # ------------------------------------------------------------------ applying
 
@@ -289,12 +302,25 @@ class Engine(CatchUp, Retries, PendingWork):
             self._executing.clear()
 
 
-def _link_to_parent(name: str, module: object) -> None:
+def _link_to_parent(name: str, module: object) -> bool:
+    """Set the package attribute early; whether this did (so a failed import can take it back)."""
     parent_name, _, child = name.rpartition(".")
     parent = sys.modules.get(parent_name) if parent_name else None
     if parent is not None and getattr(parent, child, None) is not module:
         try:
             setattr(parent, child, module)
+        except (AttributeError, TypeError):
+            return False
+        return True
+    return False
+
+
+def _unlink_from_parent(name: str, module: object) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = sys.modules.get(parent_name) if parent_name else None
+    if parent is not None and getattr(parent, child, None) is module:
+        try:
+            delattr(parent, child)
         except (AttributeError, TypeError):
             pass
 

@@ -41,9 +41,13 @@ import inspect
 import itertools
 import json
 import os
+import re
+import select
+import stat
 import sys
 import textwrap
 import threading
+import time
 import types
 from collections.abc import Callable
 from dataclasses import replace
@@ -52,7 +56,16 @@ from fl_patch.activation.runtime import RUNTIME
 from fl_patch.core.apply import stands_for
 from fl_patch.core.records import PatchRecord, Status
 
-__all__ = ["CallCounts", "counted_records", "enable", "format_report", "make_counter", "redact_argv"]
+__all__ = [
+    "CallCounts",
+    "counted_records",
+    "enable",
+    "format_report",
+    "make_counter",
+    "names_secret",
+    "redact_argv",
+    "report_now",
+]
 
 
 class CallCounts:
@@ -62,6 +75,7 @@ class CallCounts:
         self.counters: dict[str, itertools.count[int]] = {}
         self.lock = threading.Lock()
         self.atexit_registered = False
+        self.reported = False  # this process's report was written (once: at exit, or by strict's stop)
 
 
 def _counts() -> CallCounts:
@@ -223,9 +237,20 @@ def _calls(record: PatchRecord) -> str:
     return "-" if record.calls is None else str(record.calls)
 
 
+def report_now() -> None:
+    """Write this process's exit report now, unless it was (strict mode's stop calls this before ``os._exit``)."""
+    if RUNTIME.call_counts is not None and RUNTIME.call_counts.atexit_registered:
+        _report_at_exit()
+
+
 def _report_at_exit() -> None:
     if not RUNTIME.installed and RUNTIME.call_counts is None:
         return
+    counts = _counts()
+    with counts.lock:
+        if counts.reported:
+            return
+        counts.reported = True
     engine = RUNTIME.engine
     try:
         settings = engine.settings
@@ -246,33 +271,99 @@ def _report_at_exit() -> None:
             pass
 
 
-# An argument that names a secret (``--api-key X``, ``--token=X``, ``password=X``).
-# Whole words of the option's name, so --tokenizer-type or --max-tokens stay as they are.
+# Redaction of the command line kept in the report (the JSON goes to shared storage, CI logs).
+# By the *name* a value is given under, in every syntax a command line carries one:
+# ``--name value``, ``--name=value``, ``name=value`` (and ``NAME=value``, query strings,
+# ``a=1,token=x`` lists), ``"name": "value"`` / ``'name': 'value'`` (JSON or a dict's repr,
+# inside any argument), ``name: value``; and, by shape, URL userinfo
+# (``https://user:token@host``), ``Bearer X`` and a few well-known token prefixes. A name is
+# secret when one of its words (split at ``-``, ``_``, ``.``, camelCase) is a secret word,
+# so ``--tokenizer-type`` and ``--max-tokens`` stay as they are. Short options: only ``-p``,
+# which is the password by convention (mysql, sshpass, many tools' ``-p/--password``);
+# where it means a port or a plugin (``ssh -p 22``, ``pytest -p xdist``) the value is
+# redacted too: hiding a port number costs nothing, writing a password down costs a lot.
 _SECRET_WORDS = frozenset(
-    {"key", "apikey", "token", "secret", "password", "passwd", "pwd", "credential", "credentials", "auth"}
+    {
+        "key", "apikey", "token", "secret", "password", "passwd", "pwd", "passphrase", "pass", "credential",
+        "credentials", "auth", "authorization", "bearer", "cookie", "privatekey", "accesskey", "sas",
+    }
+)  # fmt: skip
+_PASSWORD_SHORT_OPTIONS = frozenset({"-p"})
+REDACTED = "<redacted>"
+
+_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s?#]+)@")
+_QUOTED_PAIR = re.compile(
+    r"""(?P<q>["'])(?P<name>[^"'\\]{1,200})(?P=q)\s*:\s*"""
+    r"""(?:(?P<vq>["'])(?P<value>(?:\\.|(?!(?P=vq)).)*)(?P=vq)|(?P<bare>[^\s,}\]{\["']+))"""
+)
+# A name and its separator only: the value is not consumed by the search, so a secret named
+# inside another's value (``--url=https://h/p?access_token=X``) is found too.
+_NAME_SEP = re.compile(r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]*)\s*[=:]\s*")
+_VALUE = re.compile(r"[^\s&,;}\]\"']+")
+_BEARER = re.compile(r"(?i)\b(?P<scheme>bearer|basic|token)(?P<sep>\s+)(?P<value>[A-Za-z0-9._~+/=-]{8,})")
+_TOKEN_SHAPES = re.compile(
+    r"\b(?:sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|hf_[A-Za-z0-9]{20,}"
+    r"|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{20,})"
 )
 
 
-def _names_secret(word: str) -> bool:
-    name = word.lstrip("-").split("=", 1)[0].lower().replace("-", "_")
-    return any(part in _SECRET_WORDS for part in name.split("_"))
+def names_secret(name: str) -> bool:
+    """Whether a value given under ``name`` (an option, a key, a variable) is to be redacted."""
+    name = name.strip().strip("\"'").lstrip("-")
+    parts = [part.lower() for part in _WORD_SPLIT.split(name) if part]
+    return bool(parts) and (any(part in _SECRET_WORDS for part in parts) or "".join(parts) in _SECRET_WORDS)
+
+
+def _redact_text(text: str) -> str:
+    """Secrets inside one argument: URL userinfo, quoted pairs, assignments, bearer tokens, token shapes."""
+    text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+
+    def quoted(m: re.Match[str]) -> str:
+        if not names_secret(m["name"]):
+            return m[0]
+        head = m[0][: m.start("vq" if m["vq"] else "bare") - m.start()]
+        return f"{head}{m['vq']}{REDACTED}{m['vq']}" if m["vq"] else f"{head}{REDACTED}"
+
+    text = _QUOTED_PAIR.sub(quoted, text)
+    text = _BEARER.sub(lambda m: f"{m['scheme']}{m['sep']}{REDACTED}", text)
+    text = _redact_assignments(text)
+    return _TOKEN_SHAPES.sub(REDACTED, text)
+
+
+def _redact_assignments(text: str) -> str:
+    """``name=value`` and ``name: value`` with a secret name, wherever they are inside ``text``."""
+    pieces, done = [], 0
+    for match in _NAME_SEP.finditer(text):
+        if match.start() < done or not names_secret(match["name"]):
+            continue
+        value = _VALUE.match(text, match.end())
+        if value is None or value[0] == REDACTED:
+            continue
+        pieces += [text[done : match.end()], REDACTED]
+        done = value.end()
+    return "".join(pieces) + text[done:]
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """``argv`` with the values of secret-looking options replaced by ``<redacted>``."""
+    """``argv`` with every secret-looking value replaced by ``<redacted>`` (see above for what is)."""
     out: list[str] = []
     redact_next = False
     for word in argv:
         if redact_next:
-            out.append("<redacted>")
+            out.append(REDACTED)
             redact_next = False
-        elif "=" in word and _names_secret(word):
-            out.append(word.split("=", 1)[0] + "=<redacted>")
-        elif word.startswith("-") and _names_secret(word):
+            continue
+        option = word.startswith("-") and len(word) > 1 and not word[1:2].isdigit()  # -0.5 is a value
+        if option and "=" not in word and (names_secret(word) or word in _PASSWORD_SHORT_OPTIONS):
             out.append(word)
-            redact_next = True
+            redact_next = True  # --token X, -p X
+        elif option and not word.startswith("--") and word[:2] in _PASSWORD_SHORT_OPTIONS and len(word) > 2:
+            out.append(word[:2] + REDACTED)  # -pSECRET (mysql's form)
+        elif option and "=" in word and names_secret(word.split("=", 1)[0]):
+            out.append(word.split("=", 1)[0] + "=" + REDACTED)
         else:
-            out.append(word)
+            out.append(_redact_text(word))
     return out
 
 
@@ -284,19 +375,111 @@ def _append_json(path: str, records: list[PatchRecord]) -> None:
         "records": [r.as_dict() for r in records],
     }
     data = (json.dumps(entry) + "\n").encode()
-    # One write on an O_APPEND descriptor: concurrent ranks never interleave within a line.
-    # 0600: the report names the job's code and arguments. O_NOFOLLOW: a symlink planted at
-    # the path (in a shared /tmp, say) is refused instead of writing through it.
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd, ours = _open_report(path)
     try:
-        fd = os.open(path, flags, 0o600)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP or os.path.islink(path):
-            raise OSError(
-                exc.errno, f"{path} is a symbolic link; fl_patch does not write its report through a link"
-            ) from None
-        raise
-    try:
-        os.write(fd, data)
+        _write_all(fd, data, path)
     finally:
+        if ours:
+            os.close(fd)
+
+
+# A process's own descriptors by name: what ``>> /dev/stderr`` in a shell writes to.
+_OWN_DESCRIPTOR = re.compile(r"^/(?:dev/fd|proc/self/fd|proc/(?P<pid>\d+)/fd)/(?P<fd>\d+)$")
+_STD_NAMES = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+
+# The longest the report may keep a finished program from exiting when the reader of a
+# pipe (or a terminal) does not keep up: then the report is given up, said once.
+WRITE_DEADLINE_S = 5.0
+
+
+def _own_descriptor(path: str) -> int | None:
+    """The descriptor ``path`` names when it is one of this process's own (``/dev/stderr``, ``/dev/fd/N``)."""
+    path = os.path.normpath(path)
+    if path in _STD_NAMES:
+        return _STD_NAMES[path]
+    match = _OWN_DESCRIPTOR.match(path)
+    if match is None or (match["pid"] is not None and int(match["pid"]) != os.getpid()):
+        return None
+    return int(match["fd"])
+
+
+def _open_report(path: str) -> tuple[int, bool]:
+    """A descriptor to append the report to, and whether it is ours to close.
+
+    Accepts what a shell's ``>>`` accepts, without ever blocking the exit or writing through
+    a planted link: a regular file (created 0600: the report names the job's code and
+    arguments); a character device, a FIFO or socket, also behind a symbolic link
+    (``/dev/tty``, a named pipe ``tee`` reads); the process's own descriptors (``/dev/stderr``,
+    ``/dev/fd/N``: written to directly). Refused: a symbolic link to a regular file (or to
+    nothing, where it would create one): a link planted in a shared directory would make the
+    job append to whatever it points at. Opened ``O_NONBLOCK``: a FIFO no process reads is
+    skipped with one message (``ENXIO``), not waited on at exit forever.
+    """
+    own = _own_descriptor(path)
+    if own is not None:
+        for stream in (sys.stdout, sys.stderr):  # what the program wrote comes first, as in a shell
+            try:
+                if stream is not None and not stream.closed:
+                    stream.flush()
+            except (OSError, ValueError):
+                pass
+        try:
+            os.fstat(own)
+        except OSError as exc:
+            raise OSError(exc.errno, f"{path}: descriptor {own} is not open in this process") from None
+        return own, False
+    base = os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, base | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise _no_reader(path) from None
+        if not (exc.errno == errno.ELOOP or os.path.islink(path)):
+            raise
+        fd = _open_through_link(path, base)
+    return fd, True
+
+
+def _open_through_link(path: str, flags: int) -> int:
+    """``path`` is a symbolic link: open what it points at only if that is no regular file."""
+    refused = OSError(
+        errno.ELOOP, f"{path} is a symbolic link to a file; fl_patch does not write its report through a link"
+    )
+    try:
+        fd = os.open(path, flags)  # no O_CREAT: through a link, nothing is created
+    except FileNotFoundError:
+        raise refused from None
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise _no_reader(path) from None
+        raise
+    # Checked on the open descriptor, not the name: the link cannot be switched in between.
+    if stat.S_ISREG(os.fstat(fd).st_mode) or stat.S_ISDIR(os.fstat(fd).st_mode):
         os.close(fd)
+        raise refused
+    return fd
+
+
+def _no_reader(path: str) -> OSError:
+    return OSError(errno.ENXIO, f"{path} is a FIFO no process is reading; the report is skipped, not waited on")
+
+
+def _write_all(fd: int, data: bytes, path: str) -> None:
+    """Write ``data`` (one ``write`` where it fits: concurrent ranks' lines never interleave), never for long."""
+    deadline = time.monotonic() + WRITE_DEADLINE_S
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise OSError(
+                    errno.EAGAIN,
+                    f"{path}: its reader did not take the report within {WRITE_DEADLINE_S:g} s; the rest is skipped",
+                ) from None
+            select.select([], [fd], [], min(left, 0.1))
+            continue
+        except BrokenPipeError:
+            raise OSError(errno.EPIPE, f"{path}: its reader went away; the report is skipped") from None
+        view = view[written:]

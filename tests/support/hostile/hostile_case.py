@@ -40,6 +40,7 @@ class HostileCase:
     not_stderr: tuple[str, ...] = ()  # none may be on stderr in default mode
     strict_stops: bool = False  # FL_PATCH_STRICT=1 must exit non-zero with every `warns` part
     strict_rc: int | None = None  # the exit status in strict mode, when it must be exact
+    strict_stdout: tuple[str, ...] = ()  # each must be on stdout in strict mode too (atexit handlers ran)
     strict_same: bool = False  # no fl_patch problem here: strict mode must run exactly as default does
     timeout: float = 120.0
 
@@ -117,7 +118,8 @@ def judge(case: HostileCase, default: Outcome, strict: Outcome | None) -> dict[s
     if strict is not None and case.strict_stops:
         stopped = not strict.hung and strict.rc != 0 and all(part in strict.stderr for part in case.warns)
         exact = case.strict_rc is None or strict.rc == case.strict_rc
-        not_stopped = not (stopped and exact)
+        shown = all(part in strict.stdout for part in case.strict_stdout)
+        not_stopped = not (stopped and exact and shown)
     if strict is not None and case.strict_same:
         not_stopped = not_stopped or _broken(case, strict)  # strict mode stopped what it had no cause to
     hung = default.hung or (strict is not None and strict.hung)

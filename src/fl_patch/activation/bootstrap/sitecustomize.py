@@ -29,11 +29,24 @@ import os
 import sys
 
 _FL_PATCH_FALSE = ("0", "false", "no", "off")
-_FL_PATCH_TRUE = ("1", "true", "yes", "on")
 
 
 def _fl_patch_flag(name, values):
     return os.environ.get(name, "").strip().lower() in values
+
+
+def _fl_patch_strict():
+    """Strict mode as fl_patch itself reads it (activation/settings.py ``_flag``): set, and not off.
+
+    ``FL_PATCH_STRICT=2`` or ``=strict`` asks for strict mode too; reading only the "on"
+    words here made a broken or missing fl_patch a warning exactly when strict was asked.
+    """
+    value = os.environ.get("FL_PATCH_STRICT", "").strip()
+    return bool(value) and value.lower() not in _FL_PATCH_FALSE
+
+
+def _fl_patch_strict_label():
+    return "FL_PATCH_STRICT=%s" % os.environ.get("FL_PATCH_STRICT", "").strip()
 
 
 class _FlPatchOutOfReach(object):
@@ -51,8 +64,8 @@ class _FlPatchOutOfReach(object):
                 sys.executable,
                 self.reason,
             )
-            if _fl_patch_flag("FL_PATCH_STRICT", _FL_PATCH_TRUE):
-                raise ImportError(message + " (FL_PATCH_STRICT=1)")
+            if _fl_patch_strict():
+                raise ImportError(message + " (%s)" % _fl_patch_strict_label())
             import warnings
 
             warnings.warn(message, RuntimeWarning, stacklevel=2)
@@ -65,8 +78,8 @@ class _FlPatchOutOfReach(object):
 
 def _fl_patch_failed(message):
     """One warning; or, in strict mode, the message and exit status 1 (SystemExit here is a fatal error)."""
-    if _fl_patch_flag("FL_PATCH_STRICT", _FL_PATCH_TRUE):
-        sys.stderr.write("fl_patch: %s (FL_PATCH_STRICT=1: start-up stops)\n" % message)
+    if _fl_patch_strict():
+        sys.stderr.write("fl_patch: %s (%s: start-up stops)\n" % (message, _fl_patch_strict_label()))
         sys.stderr.flush()
         os._exit(1)
     import warnings
