@@ -18,10 +18,12 @@ from .conftest import REPO, clean_env
 PROGRAM = """
 import atexit, sys
 
-# What is in atexit's list (atexit._ncallbacks() counts unregistered slots too, on 3.11).
+# What fl_patch put in atexit's list (atexit._ncallbacks() counts unregistered slots too, on
+# 3.11). Only fl_patch's own: a module imported on the way (logging's shutdown) is not strict mode's.
 live = []
 register, unregister = atexit.register, atexit.unregister
-atexit.register = lambda f, *a, **k: (live.append(f), register(f, *a, **k))[1]
+ours = lambda f: (getattr(f, "__module__", None) or "").startswith("fl_patch")
+atexit.register = lambda f, *a, **k: (ours(f) and live.append(f), register(f, *a, **k))[1]
 atexit.unregister = lambda f: ([live.remove(g) for g in list(live) if g == f], unregister(f))[1]
 
 import fl_patch
