@@ -280,6 +280,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"{_usage(prog)}\n{prog}: error: {exc}\n")
         return 2
+    if options.command is not None:
+        # This process does the work itself, no program is exec'd: what the bootstrap held
+        # back at start-up (the user's sitecustomize) runs here, as in any python process.
+        from fl_patch.activation.launch import finish_site
+
+        if options.command in ("list", "check"):
+            _apply_environment(options)  # activation reads the options, as the program's process would
+        finish_site()
     if options.command == "help":
         sys.stdout.write(help_text(prog))
         return 0
