@@ -139,13 +139,37 @@ def exec_program(program: Sequence[str], *, in_process: bool = False) -> int:
 
 
 def customize_ran_here() -> bool:
-    """Whether a ``sitecustomize`` that is not fl_patch's bootstrap, or a ``usercustomize``, ran in this process."""
-    if "usercustomize" in sys.modules:
-        return True
-    module = sys.modules.get("sitecustomize")
-    if module is None:
+    """Whether ``site`` ran a ``sitecustomize`` that is not fl_patch's bootstrap, or a ``usercustomize``, here.
+
+    One that raised is not in ``sys.modules`` (``site`` reported it and went on), so what
+    ``site`` found is looked for again, on ``sys.path`` as it was then: without the entry
+    the interpreter put first after ``site`` (the script's directory, or the cwd for ``-m``).
+    """
+    if sys.flags.no_site:
         return False
-    return not _is_bootstrap(getattr(module, "__file__", None))
+    import site
+
+    names = ["sitecustomize"] + (["usercustomize"] if getattr(site, "ENABLE_USER_SITE", False) else [])
+    for name in names:
+        module = sys.modules.get(name)
+        if module is not None:
+            if name == "usercustomize" or not _is_bootstrap(getattr(module, "__file__", None)):
+                return True
+            continue  # the bootstrap itself, which held the user's back in this process
+        if _found_at_start_up(name):
+            return True  # it was there, and raised: site reported it
+    return False
+
+
+def _found_at_start_up(name: str) -> bool:
+    import importlib.machinery
+
+    path = sys.path if sys.flags.safe_path else sys.path[1:]
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+    except (ImportError, OSError, ValueError):
+        return False
+    return spec is not None and spec.origin is not None and not _is_bootstrap(spec.origin)
 
 
 def _is_bootstrap(path: str | None) -> bool:

@@ -136,7 +136,13 @@ def _fl_patch_chain(here):
 
         module = module_from_spec(spec)
         sys.modules["sitecustomize"] = module
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            # As a failed import leaves it: no half-run module under the name.
+            if sys.modules.get("sitecustomize") is module:
+                del sys.modules["sitecustomize"]
+            raise
         return
 
 
