@@ -21,7 +21,14 @@ import types
 
 from fl_patch.activation import sources as _sources
 from fl_patch.activation.runtime import RUNTIME
-from fl_patch.activation.settings import Settings, closest, enabled, misspelled_names, unrecognised_values
+from fl_patch.activation.settings import (
+    Settings,
+    closest,
+    enabled,
+    malformed_values,
+    misspelled_names,
+    unrecognised_values,
+)
 from fl_patch.compat import flagscale_tree as _flagscale
 from fl_patch.core.errors import warn
 from fl_patch.hooks import PatchingFinder, PathHookWatchdog
@@ -121,6 +128,8 @@ def _configure(settings: Settings) -> None:
 def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
     if RUNTIME.sources_loaded:
         return
+    for message in malformed_values():  # a registry or vendor name that cannot be one: said, not dropped silently
+        RUNTIME.problems.problem(message)
     _sources.load_packs(settings.packs, RUNTIME.registry, RUNTIME.problems)
     if registries:
         _sources.load_registry_modules(settings.registry_modules, RUNTIME.registry, RUNTIME.problems)
