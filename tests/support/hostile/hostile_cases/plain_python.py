@@ -295,3 +295,87 @@ def _cases() -> list[HostileCase]:
 
 
 CASES = _cases()
+
+
+# ------------------------------------------------------------------- an argv close to ARG_MAX
+# The driver finds the longest argument list with which the launcher's own command still
+# starts (the kernel's ARG_MAX counts argv and the environment; measured by exec'ing /bin/true
+# through a link whose path is as long as the interpreter's), less `margin` bytes, and runs it.
+# Plain python would have run that program; the re-exec adds the bootstrap directory to the
+# environment and may not fit: the program must run all the same, and nothing be said.
+_BIG_DRIVER = r"""
+import errno, json, os, subprocess, sys
+
+spec = json.load(open("case.json"))
+python = sys.executable
+here = os.getcwd()
+env = dict(os.environ)
+env["PYTHONPATH"] = env["PP_SRC"]
+for key in ("PP_SRC", "PP_TEMPLATE", "PP_DIR"):
+    env.pop(key, None)
+true = "/bin/true"
+link = os.path.join(here, "t" * max(1, len(python) - len(here) - 1))
+if len(link) == len(python):
+    os.symlink("/bin/true", link)
+    true = link
+head = [python, *spec["way"], "prog.py"]
+CHUNK = 100_000  # under the kernel's limit for one string (128 KiB)
+
+def words(size):
+    return head + ["x" * CHUNK] * (size // CHUNK) + (["y" * (size % CHUNK)] if size % CHUNK else [])
+
+def fits(size):
+    try:
+        subprocess.run(words(size), executable=true, env=env, check=True)
+        return True
+    except OSError as exc:
+        if exc.errno != errno.E2BIG:
+            raise
+        return False
+
+low, high = 0, os.sysconf("SC_ARG_MAX")
+while low < high:  # the largest size that fits
+    middle = (low + high + 1) // 2
+    if fits(middle):
+        low = middle
+    else:
+        high = middle - 1
+size = max(0, low - spec["margin"])
+command = words(size)
+proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=90)
+expected = "ARGS %d %d" % (len(command) - len(head), size)
+if proc.returncode == 0 and expected in proc.stdout and proc.stderr == "":
+    print("PROGRAM-OK", expected, "within", os.sysconf("SC_ARG_MAX") - size, "bytes of ARG_MAX")
+else:
+    print("FAILED: exit", proc.returncode, "expected", expected, "stdout", proc.stdout[-500:], "stderr", proc.stderr[-2000:])
+"""
+
+_BIG_PROGRAM = "import sys\nprint('ARGS %d %d' % (len(sys.argv) - 1, sum(map(len, sys.argv[1:]))))\n"
+
+
+def _big_case(way_name: str, way: tuple[str, ...], margin: int) -> HostileCase:
+    return HostileCase(
+        GROUP,
+        f"argv within {margin} bytes of what fits | {way_name}",
+        {
+            "driver.py": _BIG_DRIVER,
+            "prog.py": _BIG_PROGRAM,
+            "fl-patch": _CONSOLE_SCRIPT,
+            "case.json": json.dumps({"way": list(way), "margin": margin}),
+        },
+        command=("{python}", "driver.py"),
+        env={"PP_SRC": "{src}", "PP_TEMPLATE": "{template}", "PP_DIR": "{dir}"},
+        strict_same=True,
+    )
+
+
+CASES += [
+    _big_case(name, way, margin)
+    for name, way in (
+        ("python -m fl_patch", ("-m", "fl_patch")),
+        ("--vendor cpu", ("-m", "fl_patch", "--vendor", "cpu")),
+        ("--strict --packs none", ("-m", "fl_patch", "--strict", "--packs", "none")),
+        ("console script fl-patch", ("fl-patch",)),
+    )
+    for margin in (0, 40, 100)
+]
