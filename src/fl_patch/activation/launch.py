@@ -26,7 +26,6 @@ from __future__ import annotations
 import errno
 import os
 import runpy
-import subprocess
 import sys
 import types
 from collections.abc import Sequence
@@ -125,6 +124,8 @@ def exec_program(program: Sequence[str], *, in_process: bool = False) -> int:
         except (AttributeError, OSError, ValueError):
             pass
     if os.name == "nt" or not hasattr(os, "execv"):
+        import subprocess  # only here: it imports threading, which changes how the interpreter shuts down
+
         return subprocess.call([sys.executable, *argv[1:]])
     try:
         os.execv(sys.executable, argv)
@@ -280,12 +281,13 @@ def _is_main_importer(path: str) -> bool:
     """A directory or zip file with a ``__main__`` that python runs as a package (``python app.zip``)."""
     if os.path.isdir(path):
         return True
-    import zipfile
+    import zipimport  # what python asks (its path hook), not zipfile, which imports threading
 
     try:
-        return zipfile.is_zipfile(path)
-    except OSError:
+        zipimport.zipimporter(path)
+    except (ImportError, OSError):
         return False
+    return True
 
 
 def _script_code(path: str, main: types.ModuleType) -> types.CodeType:
