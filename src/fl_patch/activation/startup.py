@@ -173,24 +173,15 @@ def activate(bootstrap_dir: str) -> None:
         _report(exc, "fl_patch could not arm itself in this process")
 
 
-def _shutting_down() -> bool:
-    """Whether the interpreter is past the program: atexit handlers (or later) are running.
-
-    ``threading._shutdown`` (run before atexit handlers, when threading was imported) sets
-    ``_SHUTTING_DOWN``; from then on an import that starts a thread pool (torch's, the
-    platform probes') fails, so installing would turn into a cascade of failed patches.
-    """
-    threading = sys.modules.get("threading")
-    return bool(getattr(threading, "_SHUTTING_DOWN", False)) or sys.is_finalizing()
-
-
 def _install(first: str | None = None) -> object | None:
     """Install fl_patch; return its finder (None if it is off or could not install).
 
     Not at interpreter shutdown: an import there (an atexit handler's ``import
     megatron.core``) gets one warning that it is too late, and runs as plain python runs it.
     """
-    if _shutting_down():
+    from fl_patch.core.vendors import interpreter_shutting_down  # here: start-up stays light
+
+    if interpreter_shutting_down():
         what = f"{first!r} was first imported" if first else "the first import fl_patch waits for came"
         warn(
             f"fl_patch: {what} while the interpreter shuts down (in an atexit handler, say): too late to "

@@ -29,6 +29,17 @@ DEFAULT_VENDOR = "default"
 _EXTENSION_PLATFORMS = (("torch_npu", "npu"), ("torch_musa", "musa"), ("torch_mlu", "mlu"))
 
 
+def interpreter_shutting_down() -> bool:
+    """Whether the interpreter is past the program: atexit handlers (or later) are running.
+
+    ``threading._shutdown`` (run before atexit handlers, when threading was imported) sets
+    ``_SHUTTING_DOWN``; from then on an import that starts a thread pool (torch's own
+    ``import torch``) fails.
+    """
+    threading = sys.modules.get("threading")
+    return bool(getattr(threading, "_SHUTTING_DOWN", False)) or sys.is_finalizing()
+
+
 def detect_platform() -> str:
     """The accelerator this process would run on: npu, musa, mlu, cuda, xpu or cpu."""
     for module_name, platform in _EXTENSION_PLATFORMS:
@@ -99,6 +110,13 @@ class VendorChoice:
                 spec = getattr(torch, "__spec__", None)
                 if isinstance(torch, types.ModuleType) and getattr(spec, "_initializing", False):
                     raise PlatformNotReady("torch is still importing", blocker="torch")
+                if not isinstance(torch, types.ModuleType) and interpreter_shutting_down():
+                    # A target first imported by an atexit handler, in a process that never loaded
+                    # torch: importing torch now fails (its thread pool), and nothing of this process
+                    # ran on an accelerator. Said by nobody: it is no problem of the patches.
+                    self._platform = "cpu"
+                    self._vendors = vendor_priority(self._prefer, self._platform, self._hinted())
+                    return self._vendors
                 try:
                     self._platform = detect_platform()
                 except Exception as exc:  # noqa: BLE001  (detection must never break an import)

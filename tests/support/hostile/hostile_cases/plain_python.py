@@ -379,3 +379,121 @@ CASES += [
     )
     for margin in (0, 40, 100)
 ]
+
+
+# ---------------------------------------------------- a first import at interpreter shutdown
+# An atexit handler imports a target first. Before threading._shutdown has run (the program
+# never imported threading) fl_patch activates and patches as at any other import; after it,
+# it says once that it is too late and the import runs as plain python runs it. Never a
+# warning about platform detection, a cascade of failed patches, or a crash.
+_LAUNCH_WAYS: tuple[tuple[str, tuple[str, ...], dict[str, str]], ...] = (
+    ("python -m fl_patch", ("{python}", "-m", "fl_patch", "main.py"), {}),
+    ("--in-process", ("{python}", "-m", "fl_patch", "--in-process", "main.py"), {}),
+    ("template on PYTHONPATH", ("{python}", "main.py"), {"PYTHONPATH": "{template}:{dir}:{src}"}),
+)
+_SPURIOUS = ("could not detect the platform", "cannot patch", "Segmentation", "Fatal Python error")
+
+
+def _late_user_module_case(way: tuple[str, tuple[str, ...], dict[str, str]], threads: bool) -> HostileCase:
+    name, command, env = way
+    imports = "atexit, threading" if threads else "atexit"
+    return HostileCase(
+        GROUP,
+        f"atexit imports a registered user module first | {name} | {'threading imported' if threads else 'no threading'}",
+        {
+            "main.py": f"""
+                import {imports}
+                def late():
+                    import late_target
+                    print("LATE", late_target.f())
+                atexit.register(late)
+                print("PROGRAM-OK")
+            """,
+            "late_target.py": "def f():\n    return 'upstream'\n",
+            "late_impl.py": "def f():\n    return 'impl'\n",
+            "late_reg.py": "from fl_patch import register\nregister('late_target.f', 'late_impl.f')\n",
+        },
+        command=command,
+        env={
+            "FL_PATCH_REGISTRY": "late_reg",
+            "FL_PATCH_TRIGGERS": "late_target",
+            "FL_PATCH_PACKS": "none",
+            "PYTHONPATH": "{dir}:{src}",
+            **env,
+        },
+        stdout=("PROGRAM-OK", "LATE impl"),
+        not_stderr=_SPURIOUS,
+        strict_same=True,
+    )
+
+
+def _late_megatron_case(way: tuple[str, tuple[str, ...], dict[str, str]], threads: bool) -> HostileCase:
+    name, command, env = way
+    imports = "atexit, threading" if threads else "atexit"
+    return HostileCase(
+        GROUP,
+        f"atexit imports megatron.core first | {name} | {'threading imported' if threads else 'no threading'}",
+        {
+            "main.py": f"""
+                import {imports}
+                def late():
+                    import megatron.core.parallel_state
+                    print("LATE-IMPORTED")
+                atexit.register(late)
+                print("PROGRAM-OK")
+            """,
+        },
+        command=command,
+        env=env,
+        # Plain python's atexit import fails either way here (no triton; or, once threading
+        # has shut down, torch's thread pool); the status stays 0, as plain python's does.
+        stdout=("PROGRAM-OK",) + (() if threads else ("LATE-IMPORTED",)),
+        warns=("too late to activate fl_patch",) if threads else (),
+        not_stderr=_SPURIOUS,
+        timeout=180,
+    )
+
+
+CASES += [_late_user_module_case(way, threads) for way in _LAUNCH_WAYS for threads in (False, True)]
+CASES += [_late_megatron_case(way, threads) for way in _LAUNCH_WAYS[:2] for threads in (False, True)]
+
+
+# --------------------------------------------- --registry MODULE:FUNCTION, as the variable takes
+# The option and its variable (FL_PATCH_REGISTRY) are one reading: every form the variable
+# accepts starts a program whose registry function ran, through the option as through it.
+_REG_FILES = {
+    "main.py": "import reg_target\nprint('PROGRAM-OK', reg_target.f())\n",
+    "reg_target.py": "def f():\n    return 'upstream'\n",
+    "reg_impl.py": "def f():\n    return 'impl'\n",
+    "reg_mod.py": "def setup():\n    from fl_patch import register\n    register('reg_target.f', 'reg_impl.f')\n",
+    "reg_plain.py": "from fl_patch import register\nregister('reg_target.f', 'reg_impl.f')\n",
+    "reg_other.py": "",
+}
+_REG_FORMS = ("reg_mod:setup", "reg_plain", " reg_other , reg_mod:setup ", "reg_other,,reg_mod : setup")
+
+
+def _registry_case(form: str, through: str, launch: tuple[str, ...]) -> HostileCase:
+    env = {"FL_PATCH_TRIGGERS": "reg_target", "FL_PATCH_PACKS": "none", "PYTHONPATH": "{dir}:{src}"}
+    if through == "option":
+        command = ("{python}", "-m", "fl_patch", *launch, "--registry", form, "main.py")
+    else:
+        command = ("{python}", "-m", "fl_patch", *launch, "main.py")
+        env["FL_PATCH_REGISTRY"] = form
+    return HostileCase(
+        GROUP,
+        f"registry {form!r} through the {through} | {' '.join(('python -m fl_patch', *launch))}",
+        _REG_FILES,
+        command=command,
+        env=env,
+        stdout=("PROGRAM-OK impl",),
+        not_stderr=("FlPatchWarning", "error:"),
+        strict_same=True,
+    )
+
+
+CASES += [
+    _registry_case(form, through, launch)
+    for form in _REG_FORMS
+    for through in ("option", "variable")
+    for launch in ((), ("--in-process",))
+]
