@@ -237,9 +237,9 @@ def run_in_process(program: Sequence[str], options: Sequence[str] = ()) -> int:
             sys.argv = ["-m", *args]  # as python has it while runpy finds the module
             _run_module_as_main(module)
         elif mode == "-c":
-            code, *args = rest
+            source, *args = rest
             sys.argv = ["-c", *args]
-            exec(compile(code, "<string>", "exec"), main.__dict__)
+            exec(compile(source, "<string>", "exec"), main.__dict__)
         elif runs_as_package:
             sys.argv = list(rest)
             _run_module_as_main("__main__", alter_argv=False)
