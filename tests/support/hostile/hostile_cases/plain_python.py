@@ -32,7 +32,10 @@ def _is_bootstrap(entry):
         return False
 
 def show(*parts):
-    print(*parts, flush=True)
+    # Only the program itself prints: a spawn child re-runs this file as __mp_main__, and its
+    # lines would interleave with the parent's in an order neither python nor fl_patch decides.
+    if __name__ == "__main__":
+        print(*parts, flush=True)
 
 main = sys.modules["__main__"]
 g = globals()
@@ -68,7 +71,8 @@ def at_exit():
     show("atexit-main-is-program", now is main, "has-file", hasattr(now, "__file__"),
          "pickle", pickle.loads(pickle.dumps(defined_here)) is defined_here)
 
-atexit.register(at_exit)
+if __name__ == "__main__":
+    atexit.register(at_exit)
 
 def spawned(queue):
     queue.put(("child", __name__, sys.modules["__main__"].__name__))
