@@ -14,11 +14,13 @@ program is exactly ``python script.py``: ``sys.argv``, ``sys.orig_argv``,
 ``__main__``, ``sys.path[0]``, the exit status, signals and tracebacks are
 Python's own, with no launcher frame, and the process id is the launcher's.
 
-In-process mode (``--in-process``, and forced when this interpreter runs with
-``-I``, ``-E`` or ``-S``, which would keep the new interpreter from reading
-``PYTHONPATH`` or running ``site``): ``runpy`` runs the program here, with the hook
-installed first. Children started with the same flags are out of reach; the
-launcher says so.
+In-process mode (``--in-process``; forced when this interpreter runs with ``-I``,
+``-E`` or ``-S``, which would keep the new interpreter from reading ``PYTHONPATH`` or
+running ``site``; and chosen without a word where exec would not give plain python's
+result: the user's ``sitecustomize``/``usercustomize`` already ran here, or the argument
+list no longer fits, ``E2BIG``): the program runs here, with the hook installed first,
+as the interpreter itself would run it (``run_in_process``). Children started with
+``-I``/``-E``/``-S`` are out of reach; the launcher says so.
 """
 
 from __future__ import annotations
