@@ -155,7 +155,7 @@ def test_options_become_environment_variables_children_inherit(tmp_path: Path) -
         ([], "no program to run"),
         (["--bogus", "x.py"], "unknown option '--bogus'"),
         (["--vendor"], "--vendor needs a value"),
-        (["--vendor", "no way", "x.py"], "invalid vendor"),
+        (["--vendor", "no way", "x.py"], "MG_FL_PREFER item 'no way': not a vendor name"),
         (["--list", "x.py"], "--list takes no program"),
     ],
 )
@@ -256,7 +256,8 @@ def test_usage_errors_are_two_lines_with_near_misses() -> None:
         ("--reprot", "x.py"): "unknown option '--reprot' (did you mean --report",
         ("--list", "--only", "vendr=cpu"): "(did you mean vendor?)",
         ("--stric", "x.py"): "(did you mean --strict?)",
-        ("--strict=1", "x.py"): "--strict takes no value",
+        ("--in-process=1", "x.py"): "--in-process takes no value",
+        ("--strict=2", "x.py"): "--strict='2': the value of FL_PATCH_STRICT",
         ("--json", "x.py"): "--json goes with --list or --check",
     }
     for args, message in cases.items():

@@ -27,13 +27,13 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from fl_patch._options import COMMANDS, OPTIONS, Option
 from fl_patch._suggest import did_you_mean
-from fl_patch.activation.settings import ENV, pin_report_file
+from fl_patch.activation.settings import ENV, pin_report_file, read_list, switch_value
 
 if TYPE_CHECKING:
     from fl_patch.introspection.check import CheckReport, CheckResult, Listed
@@ -109,7 +109,7 @@ def split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
             if i + 1 >= len(argv):
                 raise UsageError(f"{name} needs a value")
             i += 1
-        elif eq and not row.takes_value:
+        elif eq and not row.takes_value and row.kind != "switch":
             raise UsageError(f"{name} takes no value")
         i += 1
     return list(argv), []
@@ -120,20 +120,22 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _check_vendors(value: str) -> str:
-    from fl_patch.core.paths import parse_vendor
+def _checked(variable: str) -> Callable[[str], str]:
+    """The option's value check: the variable's own reading (``settings.read_list``), refusing what it reports.
 
-    try:
-        return ",".join(parse_vendor(v) for v in value.split(",") if v.strip())
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("fl_patch: ")) from None
+    The value is passed on as that reading normalises it (``--vendor MUSA`` sets ``musa``), so
+    the program (and every child) reads the option exactly as it reads the variable:
+    ``--registry pkg.mod:setup`` is ``FL_PATCH_REGISTRY=pkg.mod:setup``.
+    """
 
+    def check(value: str) -> str:
+        items, problems = read_list(variable, value)
+        if problems:
+            raise argparse.ArgumentTypeError(problems[0].removeprefix("fl_patch: ").removesuffix("; it is ignored"))
+        return ",".join(items)  # normalised as the variable's reading normalises it: the same meaning
 
-def _check_names(value: str) -> str:
-    for name in (v.strip() for v in value.split(",")):
-        if not name or not all(part.isidentifier() for part in name.split(".")):
-            raise argparse.ArgumentTypeError(f"not a dotted module name: {name!r}")
-    return value
+    check.__name__ = variable  # what argparse names in "invalid ... value"
+    return check
 
 
 def _check_filter(value: str) -> tuple[str, str]:
@@ -145,7 +147,7 @@ def _check_filter(value: str) -> tuple[str, str]:
     return key, wanted.strip()
 
 
-_TYPES = {ENV.PREFER: _check_vendors, ENV.REGISTRY: _check_names, ENV.TRIGGERS: _check_names}
+_TYPES = {variable: _checked(variable) for variable in (ENV.PREFER, ENV.REGISTRY, ENV.TRIGGERS)}
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -176,6 +178,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def parse(argv: Sequence[str], prog: str | None = None) -> Options:
     """Options up to the program; the program's own arguments are never looked at."""
     words, program = split(argv)
+    words, switched = _switch_values(words)
     namespace = build_parser(prog or prog_name()).parse_args(words)
     options = Options(program=program, command=namespace.command, json=namespace.json, only=namespace.only)
     options.in_process = namespace.in_process
@@ -192,6 +195,7 @@ def parse(argv: Sequence[str], prog: str | None = None) -> Options:
             options.env[row.variable] = os.path.abspath(value)  # children may chdir
         else:
             options.env[row.variable] = value  # type: ignore[index]
+    options.env.update(switched)
     if options.command in ("list", "check") and options.program:
         raise UsageError(f"--{options.command} takes no program")
     if options.command is not None and options.command not in ("list", "check") and options.program:
@@ -201,6 +205,31 @@ def parse(argv: Sequence[str], prog: str | None = None) -> Options:
     if options.command is None and not options.program:
         raise UsageError("no program to run")
     return options
+
+
+def _switch_values(words: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``--strict=VALUE``: a switch given a value its variable accepts, and what it sets the variable to.
+
+    ``--strict=yes`` is ``--strict``, ``--strict=0`` sets ``FL_PATCH_STRICT=0``; for the
+    ``--no-...`` switches the value says whether the ``no`` holds (``--no-flagscale=off`` turns
+    the tree back on). A value the variable does not accept as on or off is refused.
+    """
+    rows = _by_flag()
+    kept: list[str] = []
+    switched: dict[str, str] = {}
+    for word in words:
+        name, eq, value = word.partition("=")
+        row = rows.get(name)
+        if not eq or row is None or row.kind != "switch" or row.variable is None:
+            kept.append(word)
+            continue
+        on = switch_value(value)
+        if on is None:
+            raise UsageError(
+                f"{name}={value!r}: the value of {row.variable}, one of 1, true, yes, on or 0, false, no, off"
+            )
+        switched[row.variable] = row.value if on else ("0" if row.value == "1" else "1")  # type: ignore[assignment]
+    return kept, switched
 
 
 def _apply_environment(options: Options) -> None:
@@ -290,6 +319,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"{_usage(prog)}\n{prog}: error: {exc}\n")
         return 2
+    if options.command is not None:
+        # This process does the work itself, no program is exec'd: what the bootstrap held
+        # back at start-up (the user's sitecustomize) runs here, as in any python process.
+        from fl_patch.activation.launch import finish_site
+
+        if options.command in ("list", "check"):
+            _apply_environment(options)  # activation reads the options, as the program's process would
+        finish_site()
     if options.command == "help":
         sys.stdout.write(help_text(prog))
         return 0

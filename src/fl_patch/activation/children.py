@@ -30,10 +30,10 @@ megatron import. ``FL_PATCH_CHILDREN=0`` keeps the wrappers out.
 
 from __future__ import annotations
 
+import _thread  # not threading: see fl_patch.core.errors
 import functools
 import os
 import sys
-import threading
 from collections.abc import Callable, Mapping, Sequence
 
 from fl_patch.activation.interpreter_options import ISOLATION_FLAGS, parse_options
@@ -71,7 +71,7 @@ _hooked = False
 # os.environ later, which is exactly what makes a child lose the bootstrap.
 _activated_via_pythonpath: bool | None = None
 _warned: set[tuple[str, str]] = set()
-_local = threading.local()
+_local = _thread._local()  # what threading.local is
 
 
 def watch(bootstrap_dir: str | None = None) -> None:

@@ -26,6 +26,7 @@ from fl_patch.activation.settings import (
     Settings,
     closest,
     enabled,
+    malformed_values,
     misspelled_names,
     pin_report_file,
     unrecognised_values,
@@ -148,6 +149,8 @@ def _configure(settings: Settings) -> None:
 def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
     if RUNTIME.sources_loaded:
         return
+    for message in malformed_values():  # a registry or vendor name that cannot be one: said, not dropped silently
+        RUNTIME.problems.problem(message)
     if _packs_named(settings):  # what the user asked for, now
         _sources.load_packs(settings.packs, RUNTIME.registry, RUNTIME.problems)
     if registries:

@@ -16,9 +16,12 @@ __all__ = [
     "Settings",
     "closest",
     "enabled",
+    "malformed_values",
     "misspelled_names",
     "pin_report_file",
+    "read_list",
     "strict_requested",
+    "switch_value",
     "unrecognised_values",
 ]
 
@@ -132,6 +135,12 @@ def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
     return value not in _FALSE
 
 
+def switch_value(raw: str) -> bool | None:
+    """A switch variable's value read as on (True) or off (False); None for one that is neither."""
+    value = raw.strip().lower()
+    return True if value in _TRUE else False if value in _FALSE else None
+
+
 def unrecognised_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """Switch variables set to something other than on/off values, each with what it was taken as."""
     env = os.environ if environ is None else environ
@@ -147,7 +156,66 @@ def unrecognised_values(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def _csv(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
-    return tuple(item.strip() for item in environ.get(name, "").split(",") if item.strip())
+    return read_list(name, environ.get(name, ""))[0]
+
+
+# ------------------------------------------------------------- the one reading of list values
+# Each variable that holds a comma-separated list, with what one item may be. The variable
+# and its option (``--registry`` for ``FL_PATCH_REGISTRY``) are read by these same functions:
+# the CLI refuses (exit 2) exactly the items the environment reading reports, and passes
+# the value on unchanged, so an option means what the variable means.
+
+
+def _dotted(item: str) -> str:
+    if not all(part.isidentifier() for part in item.split(".")):
+        raise ValueError("not a dotted module name")
+    return item
+
+
+def _registry_item(item: str) -> str:
+    module, colon, function = item.partition(":")
+    _dotted(module.strip())
+    if colon and not function.strip().isidentifier():
+        raise ValueError("not MODULE or MODULE:FUNCTION (the function is called once the module is imported)")
+    return f"{module.strip()}:{function.strip()}" if colon else module.strip()
+
+
+def _vendor_item(item: str) -> str:
+    name = item.lower()
+    if not name.replace("-", "_").isidentifier():
+        raise ValueError("not a vendor name such as 'default', 'cpu' or 'musa'")
+    return name
+
+
+_ITEM_FORMS = {
+    ENV.REGISTRY: _registry_item,
+    ENV.TRIGGERS: _dotted,
+    ENV.PREFER: _vendor_item,
+}
+
+
+def read_list(variable: str, raw: str) -> tuple[tuple[str, ...], list[str]]:
+    """(the items of ``raw``, normalised; a message for each malformed item, which is left out).
+
+    Items are separated by commas, with spaces around them and empty items ignored.
+    """
+    form = _ITEM_FORMS.get(variable)
+    items: list[str] = []
+    problems: list[str] = []
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        try:
+            items.append(form(item) if form else item)
+        except ValueError as exc:
+            problems.append(f"fl_patch: {variable} item {item!r}: {exc}; it is ignored")
+    return tuple(items), problems
+
+
+def malformed_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """A message for each malformed item of every list variable set in ``environ``."""
+    env = os.environ if environ is None else environ
+    return [message for variable in _ITEM_FORMS for message in read_list(variable, env.get(variable, ""))[1]]
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -249,7 +317,7 @@ class Settings:
             disabled_targets=frozenset(_csv(env, ENV.DISABLE)),
             registry_modules=_csv(env, ENV.REGISTRY),
             packs=packs,
-            prefer=tuple(v.lower() for v in _csv(env, ENV.PREFER)),
+            prefer=_csv(env, ENV.PREFER),
             report_at_exit=_flag(env, ENV.REPORT, False) or bool(env.get(ENV.REPORT_FILE, "").strip()),
             report_file=env.get(ENV.REPORT_FILE, "").strip() or None,
             watch_children=_flag(env, ENV.CHILDREN, True),

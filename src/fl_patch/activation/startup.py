@@ -63,7 +63,7 @@ class _ActivationTrigger:
         # iterates over the list would make this very import skip the entry after it.
         self.armed = False
         try:
-            finder = _install()
+            finder = _install(fullname)
         except BaseException as exc:
             if is_stop_request(exc):
                 self.armed = True  # interrupted: the next such import tries again
@@ -106,7 +106,7 @@ class _ArmedPathHook:
         if trigger.armed and not _site_running() and _inside_loaded_root(str(path), trigger.roots):
             trigger.armed = False
             try:
-                _install()
+                _install(str(path))
             except BaseException as exc:
                 if is_stop_request(exc):
                     trigger.armed = True
@@ -245,8 +245,22 @@ def activate(bootstrap_dir: str) -> None:
         _report(exc, "fl_patch could not arm itself in this process")
 
 
-def _install() -> object | None:
-    """Install fl_patch; return its finder (None if it is off or could not install)."""
+def _install(first: str | None = None) -> object | None:
+    """Install fl_patch; return its finder (None if it is off or could not install).
+
+    Not at interpreter shutdown: an import there (an atexit handler's ``import
+    megatron.core``) gets one warning that it is too late, and runs as plain python runs it.
+    """
+    from fl_patch.core.vendors import interpreter_shutting_down  # here: start-up stays light
+
+    if interpreter_shutting_down():
+        what = f"{first!r} was first imported" if first else "the first import fl_patch waits for came"
+        warn(
+            f"fl_patch: {what} while the interpreter shuts down (in an atexit handler, say): too late to "
+            "activate fl_patch (imports that start threads fail from here on); it runs unpatched",
+            stacklevel=3,
+        )
+        return None
     try:
         from fl_patch.activation.install import current_finder, install
 

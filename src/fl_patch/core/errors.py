@@ -15,10 +15,13 @@ stop anyway: at the next watched import, or at exit.
 
 from __future__ import annotations
 
+# _thread, not threading: once threading is imported the interpreter runs threading._shutdown
+# before atexit handlers, after which an import that starts a thread pool (torch's) fails; a
+# program that never imported threading must not get that from fl_patch.
+import _thread
 import functools
 import os
 import sys
-import threading
 import types
 import warnings
 
@@ -232,7 +235,7 @@ class ProblemSink:
 
     def __init__(self) -> None:
         self._seen: set[str] = set()
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self.strict = False
         self.failures: list[FlPatchError] = []  # strict errors raised, in order
         self.delivered: set[int] = set()  # ids of those that reached the top (the process ends with them)
@@ -263,4 +266,4 @@ class ProblemSink:
 
     def after_fork_in_child(self) -> None:
         # A lock held by another thread at fork time would stay held forever in the child.
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()

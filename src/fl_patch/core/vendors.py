@@ -29,6 +29,17 @@ DEFAULT_VENDOR = "default"
 _EXTENSION_PLATFORMS = (("torch_npu", "npu"), ("torch_musa", "musa"), ("torch_mlu", "mlu"))
 
 
+def interpreter_shutting_down() -> bool:
+    """Whether the interpreter is past the program: atexit handlers (or later) are running.
+
+    ``threading._shutdown`` (run before atexit handlers, when threading was imported) sets
+    ``_SHUTTING_DOWN``; from then on an import that starts a thread pool (torch's own
+    ``import torch``) fails.
+    """
+    threading = sys.modules.get("threading")
+    return bool(getattr(threading, "_SHUTTING_DOWN", False)) or sys.is_finalizing()
+
+
 def detect_platform() -> str:
     """The accelerator this process would run on: npu, musa, mlu, cuda, xpu or cpu."""
     for module_name, platform in _EXTENSION_PLATFORMS:
@@ -110,13 +121,19 @@ class VendorChoice:
             spec = getattr(torch, "__spec__", None)
             if isinstance(torch, types.ModuleType) and getattr(spec, "_initializing", False):
                 raise PlatformNotReady("torch is still importing", blocker="torch")
-            try:
-                platform = detect_platform()
-            except Exception as exc:  # (detection must never break an import)
-                if is_stop_request(exc):
-                    raise
-                platform, settled = "cpu", False
-                self._problems.problem(f"fl_patch: could not detect the platform ({exc!r}); assuming 'cpu'")
+            if not isinstance(torch, types.ModuleType) and interpreter_shutting_down():
+                # A target first imported by an atexit handler, in a process that never loaded
+                # torch: importing torch now fails (its thread pool), and nothing of this process
+                # ran on an accelerator. Said by nobody: it is no problem of the patches.
+                platform = "cpu"
+            else:
+                try:
+                    platform = detect_platform()
+                except Exception as exc:  # (detection must never break an import)
+                    if is_stop_request(exc):
+                        raise
+                    platform, settled = "cpu", False
+                    self._problems.problem(f"fl_patch: could not detect the platform ({exc!r}); assuming 'cpu'")
         hinted, hints_settled = self._hinted()
         vendors = vendor_priority(self._prefer, platform, hinted)
         if settled:

@@ -149,20 +149,27 @@ def _fl_patch_chain(here):
 
         module = module_from_spec(spec)
         sys.modules["sitecustomize"] = module
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            # As a failed import leaves it: no half-run module under the name.
+            if sys.modules.get("sitecustomize") is module:
+                del sys.modules["sitecustomize"]
+            raise
         return
 
 
-# Launcher options after which it does not exec a new interpreter (it works in this one).
-_FL_PATCH_STAYS = ("--in-process", "--list", "--check", "--help", "-h", "--version")
+_FL_PATCH_CONSOLE_SCRIPT = "from fl_patch.cli import main"
 
 
-def _fl_patch_launcher_will_exec():
-    """Whether this process is ``python -m fl_patch ... program``, about to become the program.
+def _fl_patch_is_launcher():
+    """Whether this process is fl_patch's launcher (``python -m fl_patch ...``, the ``fl-patch`` script).
 
-    Its replacement runs this file (and the user's ``sitecustomize``) itself; doing it here
-    too would run the user's ``sitecustomize`` twice for one program. With ``-I``, ``-E``
-    or ``-S`` the launcher runs the program in this process, so this process goes on.
+    Only *that* is read here, never what the launcher will do with its options: it either
+    becomes the program by exec (and the new interpreter runs this file, and the user's
+    ``sitecustomize``, itself) or runs something in this process, and then it finishes what
+    was held back here first (``_fl_patch_finish_site``). Guessing from its options which one
+    it will do ran the user's ``sitecustomize`` twice, or never.
     """
     words = list(getattr(sys, "orig_argv", None) or [])[1:]
     value_next = False
@@ -170,32 +177,66 @@ def _fl_patch_launcher_will_exec():
         if value_next:  # the value of -X or -W
             value_next = False
             continue
-        if not word.startswith("-") or word.startswith("--") or word == "-":
-            return False  # a script, or a long option: not the launcher (or not worth guessing)
-        letters = word[1:]
-        head = letters.split("m", 1)[0].split("c", 1)[0]
-        if any(flag in head for flag in "IES"):
-            return False
-        if "c" in letters and letters.index("c") < (letters.index("m") if "m" in letters else len(letters)):
-            return False
-        if "m" not in letters:
-            value_next = letters[-1:] in ("X", "W")
+        if word.startswith("--") and word != "--":
+            if word == "--check-hash-based-pycs":
+                value_next = True
             continue
-        module = letters.split("m", 1)[1] or (words[i + 1] if i + 1 < len(words) else "")
-        if module != "fl_patch":
-            return False
-        for option in words[i + (1 if letters.split("m", 1)[1] else 2) :]:
-            if option in _FL_PATCH_STAYS:
+        if not word.startswith("-") or word in ("-", "--"):
+            return _fl_patch_is_console_script(words[i + 1] if word == "--" and i + 1 < len(words) else word)
+        letters = word[1:]
+        for j, letter in enumerate(letters):
+            if letter == "c":
                 return False
-            if not option.startswith("-") or option in ("-m", "-c"):
-                return True  # the program begins
-        return False
+            if letter == "m":
+                module = letters[j + 1 :] or (words[i + 1] if i + 1 < len(words) else "")
+                return module == "fl_patch"
+            if letter in "XW":
+                value_next = j == len(letters) - 1
+                break
     return False
 
 
+def _fl_patch_is_console_script(path):
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(2048).decode("utf-8", "replace")
+    except (OSError, TypeError, ValueError):
+        return False
+    return _FL_PATCH_CONSOLE_SCRIPT in head
+
+
+# Set in the launcher's process: the directory of this copy, whose work is held back.
+_fl_patch_held_back = None
+
+
+def _fl_patch_finish_site():
+    """What this file would have done at start-up, done now (the launcher runs something here).
+
+    Activation, then the user's ``sitecustomize``, once; an exception of the latter is
+    reported as ``site`` reports it (``Error in sitecustomize; ...``), never raised.
+    """
+    global _fl_patch_held_back
+    here, _fl_patch_held_back = _fl_patch_held_back, None
+    if here is None:
+        return
+    if not _fl_patch_flag("FL_PATCH", _FL_PATCH_FALSE):
+        _fl_patch_activate(here)
+    try:
+        _fl_patch_chain(here)
+    except Exception as err:
+        if sys.flags.verbose:
+            sys.excepthook(*sys.exc_info())
+        else:
+            sys.stderr.write(
+                "Error in sitecustomize; set PYTHONVERBOSE for traceback:\n%s: %s\n" % (err.__class__.__name__, err)
+            )
+
+
 def _fl_patch_bootstrap():
+    global _fl_patch_held_back
     here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
-    if _fl_patch_launcher_will_exec():
+    if _fl_patch_is_launcher():
+        _fl_patch_held_back = here
         return
     if not _fl_patch_flag("FL_PATCH", _FL_PATCH_FALSE):
         _fl_patch_activate(here)
