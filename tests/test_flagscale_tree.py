@@ -191,3 +191,31 @@ def test_a_tree_whose_megatron_is_a_regular_package_gets_one_clear_message(tmp_p
     proc = _run(["-m", "fl_patch", "--list"], env, tmp_path)
     said = [line for line in proc.stderr.splitlines() if "regular package" in line]
     assert len(said) == 1 and str(tree / "megatron" / "__init__.py") in said[0], proc.stderr[-2000:]
+
+
+SIDE_TREE = REPO / "tests" / "support" / "flagscale" / "fs_side"
+SIDE_SOURCE = "megatron.plugin_flagscale.override_registry"
+
+
+def test_flagscales_own_side_tree_is_found_and_checked_on_this_release(tmp_path: Path) -> None:
+    """FlagScale's FlagScale-side tree (``megatron/plugin_flagscale/override_registry.py``, targets in
+    megatron.training, registered through ``megatron.plugin.decorators``, which fl_patch serves here:
+    this tree has no ``megatron/plugin``) loads like the Megatron-LM-FL tree; its key-form target
+    ``initialize.initialize._compile_dependencies`` resolves to the module's function."""
+    env = clean_env(PYTHONPATH=support_pythonpath(SIDE_TREE), FL_PATCH_CHILDREN="0", MG_FL_PREFER="npu")
+    listed = _run(["-m", "fl_patch", "--list", "--json"], env, tmp_path)
+    side = [r for r in json.loads(listed.stdout)["registrations"] if r["source"] == SIDE_SOURCE]
+    assert len(side) == 4, listed.stdout[-2000:] + listed.stderr[-2000:]
+    checked = _run(["-m", "fl_patch", "--check", "--json"], env, tmp_path)
+    report = json.loads(checked.stdout)
+    mine = {
+        (r["target"], r["vendor"]): r for r in report["registrations"] if r["target"].startswith("megatron.training")
+    }
+    key_form = mine[("megatron.training.initialize.initialize._compile_dependencies", "npu")]
+    assert key_form["target_found"], key_form
+    assert "FlagScale's key form" in json.dumps(key_form)
+    for target in (
+        "megatron.training.dist_signal_handler.get_device",
+        "megatron.training.utils.get_device_arch_version",
+    ):
+        assert mine[(target, "npu")]["target_found"], mine[(target, "npu")]
