@@ -498,8 +498,9 @@ import json, sys, torch
 from fl_patch.impls.flaggems import ops
 from fl_patch.impls.flaggems.kernels import TUNE_STORE, norms
 torch.manual_seed(0)  # the same input in both processes (the picks, and so dx, must then agree)
-x = torch.randn(4096, 1536, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-w = torch.ones(1536, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+cols = int(sys.argv[1]) if len(sys.argv) > 1 else 1536
+x = torch.randn(4096, cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+w = torch.ones(cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
 y = ops.rms_norm(x, w, 1e-5)
 y.backward(torch.ones_like(y))
 picks = {t.fn.__name__: [str(c) for c in t.cache.values()] for t in (norms._RMS_FWD, norms._RMS_BWD)}
@@ -524,6 +525,15 @@ def test_autotune_picks_persist_across_processes(run_python, tmp_path) -> None:
     assert second["picks"] == first["picks"] and second["dx"] == first["dx"], runs
     name = Path(first["path"]).name
     assert Path(first["path"]).parent == tmp_path and torch.cuda.get_device_name().replace(" ", "_") in name, runs
+    # An unseen shape (1600 columns) borrows the nearest stored pick: nothing is tuned on its first step;
+    # FL_GEMS_TUNE_UNSEEN=1 tunes it as before.
+    unseen = run_python("-c", _TUNE_SNIPPET, "1600", env=env, check=False, timeout=300)
+    assert unseen.returncode == 0, unseen.stderr[-4000:]
+    assert json.loads(unseen.stdout.strip().splitlines()[-1])["tuned"] == [], unseen.stdout[-2000:]
+    env_tune = {**env, "FL_GEMS_TUNE_UNSEEN": "1"}
+    tuned = run_python("-c", _TUNE_SNIPPET, "1664", env=env_tune, check=False, timeout=300)
+    assert tuned.returncode == 0, tuned.stderr[-4000:]
+    assert json.loads(tuned.stdout.strip().splitlines()[-1])["tuned"] == ["_rms_fwd", "_rms_bwd"], tuned.stdout[-2000:]
 
 
 def test_autotuned_cudnn_attention_at_training_shape() -> None:

@@ -244,3 +244,50 @@ def test_host_grid_helpers_compute_what_triton_s_compute(run_python) -> None:
     proc = run_python("-c", _HOST_HELPERS_SNIPPET, env=triton_env(interpret=False), check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout[-2000:]
+
+
+_BORROW_SNIPPET = """
+import json, os, torch
+from fl_patch.impls.flaggems.kernels import TuneStore, autotune_key, norms
+
+real = norms._RMS_BWD
+
+class Tuner:  # what launch() and TuneStore read of a triton autotuner
+    def __init__(self):
+        self.fn, self.configs, self.cache = real.fn, list(real.configs), {}
+        self.arg_names, self.keys = ["X", "DY", "N_ROWS", "N_COLS", "FLAG"], ["N_ROWS", "N_COLS", "FLAG"]
+
+x, dy = torch.zeros(2, dtype=torch.bfloat16), torch.zeros(2, dtype=torch.float32)
+device = "Some GPU-sm90-triton3.6.0"
+store, tuner = TuneStore(device), Tuner()
+measured = {(4096, 2048, True, "torch.bfloat16", "torch.float32"): real.configs[3],
+            (4096, 8192, True, "torch.bfloat16", "torch.float32"): real.configs[6],
+            (4096, 2560, False, "torch.bfloat16", "torch.float32"): real.configs[1]}  # another flag: not comparable
+tuner.cache.update(measured)
+key = autotune_key(tuner, (x, dy, 4096), {"N_COLS": 2600, "FLAG": True})
+borrowed = store.borrow_nearest(tuner, (x, dy, 4096), {"N_COLS": 2600, "FLAG": True})
+again = store.borrow_nearest(tuner, (x, dy, 4096), {"N_COLS": 2600, "FLAG": True})  # now in the cache
+other = autotune_key(tuner, (x, dy.to(torch.bfloat16), 4096), {"N_COLS": 2600, "FLAG": True})
+no_form = store.borrow_nearest(tuner, (x, dy.to(torch.bfloat16), 4096), {"N_COLS": 2600, "FLAG": True})
+store.save(tuner)
+saved = json.load(open(store.path()))[TuneStore.kernel_id(tuner)]
+print(json.dumps({
+    "key": list(key), "borrowed": borrowed, "again": again, "pick": tuner.cache[key] is real.configs[3],
+    "no_form": no_form, "other_cached": other in tuner.cache, "saved": sorted(k[1] for k, _ in saved),
+    "not_a_tuner": autotune_key(object(), (), {}),
+}))
+"""
+
+
+def test_an_unseen_shape_borrows_the_nearest_measured_pick_instead_of_tuning(run_python, tmp_path) -> None:
+    """Issue 28's cold start: a shape with no stored pick takes the pick of the nearest stored shape of the
+    same form (dtypes and flags equal; sizes nearest on a log scale), is not tuned on the first step, and the
+    borrowed pick is never saved as if measured. (tests/test_flaggems_gpu.py checks it on the real tuner.)"""
+    env = triton_env(interpret=False, FL_GEMS_CACHE_DIR=str(tmp_path))
+    proc = run_python("-c", _BORROW_SNIPPET, env=env, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {
+        "key": [4096, 2600, True, "torch.bfloat16", "torch.float32"], "borrowed": True, "again": False,
+        "pick": True, "no_form": False, "other_cached": False, "saved": [2048, 2560, 8192], "not_a_tuner": None,
+    }  # fmt: skip

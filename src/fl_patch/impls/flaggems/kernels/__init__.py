@@ -24,6 +24,7 @@ import functools
 import hashlib
 import inspect
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,6 +90,7 @@ class LaunchSettings:
 
     autotune: bool  # FL_GEMS_AUTOTUNE=0: one fixed config per kernel (tests: far fewer compiles)
     lean: bool  # FL_GEMS_LEAN_LAUNCH=0: every launch through triton's own path
+    tune_unseen: bool  # FL_GEMS_TUNE_UNSEEN=1: tune a shape no pick is stored for, instead of borrowing
 
     @classmethod
     def from_env(cls) -> LaunchSettings:
@@ -96,6 +98,7 @@ class LaunchSettings:
         return cls(
             autotune=os.environ.get("FL_GEMS_AUTOTUNE", "1") != "0" and not interpret,
             lean=os.environ.get("FL_GEMS_LEAN_LAUNCH", "1") != "0" and not interpret,
+            tune_unseen=os.environ.get("FL_GEMS_TUNE_UNSEEN", "0") == "1",
         )
 
 
@@ -252,6 +255,8 @@ def launch(
     LEAN_STATS["triton"] += 1
     if tune:
         TUNE_STORE.load(tuned)
+        if not settings.tune_unseen:
+            TUNE_STORE.borrow_nearest(tuned, args, kwargs)
         known = len(tuned.cache)
         compiled = tuned[grid](*args, **kwargs)
         config = tuned.best_config
@@ -293,6 +298,7 @@ class TuneStore:
         self._device = device
         self._seed_dir = seed_dir or self.SEED_DIR
         self._loaded: set[int] = set()
+        self._borrowed: set[tuple[int, tuple]] = set()  # (id of the autotuner, key): picks lent, not measured
 
     @staticmethod
     def enabled() -> bool:
@@ -354,8 +360,32 @@ class TuneStore:
                 count += 1
         return count
 
+    def borrow_nearest(self, tuned: object, args: tuple, kwargs: dict) -> bool:
+        """For a shape no pick is stored for, the pick of the nearest stored shape; whether one was borrowed.
+
+        Why: tuning a new shape compiles and times every config of every kernel it meets, on
+        the first step (9-15 s on an H200 for a model with unseen hidden/ffn/seq sizes:
+        docs/gpu_pack.md). The best config of a memory-bound row kernel changes slowly with
+        the sizes, so the pick for the nearest measured shape (same dtypes and flags, sizes
+        nearest on a log scale) is a good one; the borrowed pick is used for this shape and
+        never written to disk as if measured. ``FL_GEMS_TUNE_UNSEEN=1`` tunes instead. With
+        nothing stored for the kernel, or a triton whose autotuner keys differently (the key
+        below is rebuilt as triton 3.x's ``Autotuner.run`` builds it), the autotuner tunes as
+        before.
+        """
+        key = autotune_key(tuned, args, kwargs)
+        cache = tuned.cache  # type: ignore[attr-defined]
+        if key is None or key in cache or not cache:
+            return False
+        nearest = _nearest_key(key, [k for k in cache if (id(tuned), k) not in self._borrowed])
+        if nearest is None:
+            return False
+        cache[key] = cache[nearest]
+        self._borrowed.add((id(tuned), key))
+        return True
+
     def save(self, tuned: object) -> None:
-        """Merge ``tuned``'s picks into the file."""
+        """Merge ``tuned``'s picks into the file (borrowed ones are not measurements: left out)."""
         if not self.enabled():
             return
         path = self.path()
@@ -364,6 +394,8 @@ class TuneStore:
             data = self._read()
             stored = {json.dumps(k): c for k, c in data.get(self.kernel_id(tuned), [])}
             for key, config in tuned.cache.items():
+                if (id(tuned), key) in self._borrowed:
+                    continue
                 stored[json.dumps(list(key))] = self._config_dict(config)
             data[self.kernel_id(tuned)] = [[json.loads(k), c] for k, c in sorted(stored.items())]
             tmp = f"{path}.{os.getpid()}.tmp"
@@ -377,6 +409,44 @@ class TuneStore:
 
 
 TUNE_STORE = TuneStore()
+
+
+def autotune_key(tuned: object, args: tuple, kwargs: dict) -> tuple | None:
+    """The cache key triton 3.x's ``Autotuner.run`` computes for this call (None if ``tuned`` is not one)."""
+    arg_names = getattr(tuned, "arg_names", None)
+    keys = getattr(tuned, "keys", None)
+    if not isinstance(arg_names, list) or not isinstance(keys, list):
+        return None
+    named = {**dict(zip(arg_names, args, strict=False)), **kwargs}  # (args may stop short of arg_names)
+    present = {k: v for k, v in named.items() if k in arg_names}
+    key: list[object] = [present[k] for k in keys if k in present]
+    key.extend(str(v.dtype) for v in present.values() if hasattr(v, "dtype"))
+    return tuple(key)
+
+
+def _nearest_key(key: tuple, stored: list[tuple]) -> tuple | None:
+    """The stored key of the same form (length, every non-size part equal) nearest to ``key`` in log2 of its sizes."""
+
+    def sizes(k: tuple) -> list[float] | None:
+        out = []
+        for part, mine in zip(k, key, strict=True):
+            if isinstance(mine, bool) or not isinstance(mine, int):
+                if part != mine:
+                    return None  # a dtype, a flag, a mode: only the same one is comparable
+            elif isinstance(part, int) and not isinstance(part, bool):
+                out.append(abs(math.log2(part + 1) - math.log2(mine + 1)))
+            else:
+                return None
+        return out
+
+    best: tuple[float, tuple] | None = None
+    for candidate in stored:
+        if len(candidate) != len(key):
+            continue
+        distance = sizes(candidate)
+        if distance is not None and (best is None or sum(distance) < best[0]):
+            best = (sum(distance), candidate)
+    return best[1] if best is not None else None
 
 
 _L2_FLUSH_BYTES = 256 * 1024**2  # over the L2 of any current GPU (H200: 50 MB), as triton's do_bench
