@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -35,6 +36,13 @@ def support_pythonpath(*first: str | Path) -> str:
     """``PYTHONPATH`` for a subprocess: ``first``, the repo, then every support directory."""
     return os.pathsep.join([*map(str, first), str(REPO / "src"), *map(str, SUPPORT_PATH)])
 
+
+# pytest-xdist's workers ignore SIGINT, and every interpreter a test starts would inherit that:
+# Python installs no KeyboardInterrupt handler when SIGINT starts ignored, so each Ctrl-C test
+# (a real SIGINT sent to a child) would silently test nothing. A child started from a shell
+# has the default, so the tests' children get it too.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Keep subprocesses and this process off the user's own configuration.
 for _name in list(os.environ):

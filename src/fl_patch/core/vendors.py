@@ -100,6 +100,12 @@ class VendorChoice:
     def detected(self) -> bool:
         return self._vendors is not None
 
+    def decided_without_detection(self, among: Collection[str] | None) -> bool:
+        """Whether a target with registrations for ``among`` gets its order without the platform:
+        each of them is ``default`` or named in ``MG_FL_PREFER`` (the one rule ``vendors`` and the
+        report both use, so a record never says "waiting for the platform" for such a target)."""
+        return among is not None and set(among) <= {DEFAULT_VENDOR, *self._prefer}
+
     def vendors(self, among: Collection[str] | None = None) -> tuple[str, ...]:
         """The priority list. ``among``: the vendors a target has registrations for. When each of
         them is ``default`` or named in ``MG_FL_PREFER``, their order is the user's whatever the
@@ -110,7 +116,7 @@ class VendorChoice:
         half-built torch and guess wrong, so the target is retried once torch has loaded."""
         if self._vendors is not None:
             return self._vendors
-        if among is not None and set(among) <= {DEFAULT_VENDOR, *self._prefer}:
+        if self.decided_without_detection(among):
             return vendor_priority(self._prefer, "")
         # Only an answer is cached, never a guess: a detection that failed or was interrupted
         # (Ctrl-C while it imported torch, then the program retried) is asked again next time,

@@ -273,7 +273,7 @@ class Engine(CatchUp, Retries, PendingWork):
         undetected = not detect and not self.vendor_choice.detected and "torch" not in sys.modules
         records: list[PatchRecord] = []
         for target in self.registry.targets():
-            if undetected:
+            if undetected and not self.vendor_choice.decided_without_detection(target.vendors()):
                 records.extend(_undetected(target))
             else:
                 records.extend(target.records(self.vendors(target.vendors()), self.disabled(target), self.installed))

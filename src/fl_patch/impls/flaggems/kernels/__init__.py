@@ -90,7 +90,7 @@ class LaunchSettings:
 
     autotune: bool  # FL_GEMS_AUTOTUNE=0: one fixed config per kernel (tests: far fewer compiles)
     lean: bool  # FL_GEMS_LEAN_LAUNCH=0: every launch through triton's own path
-    tune_unseen: bool  # FL_GEMS_TUNE_UNSEEN=1: tune a shape no pick is stored for, instead of borrowing
+    tune_unseen: bool = False  # FL_GEMS_TUNE_UNSEEN=1: tune a shape no pick is stored for, instead of borrowing
 
     @classmethod
     def from_env(cls) -> LaunchSettings:
