@@ -169,7 +169,7 @@ def load_registry_modules(
             if import_source(name, "registry module", registry, problems, missing_ok=missing is not None) is not None:
                 loaded.append(name)
         except _Missing:
-            missing.append(name)  # type: ignore[union-attr]  (missing_ok is set only with a list)
+            missing.append(name)  # type: ignore[union-attr]  # missing_ok is set only with a list
     return loaded
 
 

@@ -57,7 +57,7 @@ _STANDS_FOR: weakref.WeakKeyDictionary[types.FunctionType, types.FunctionType] =
 # Descriptors that store per-instance data: replacing one breaks every instance.
 _STORAGE_DESCRIPTORS: tuple[type, ...] = (types.MemberDescriptorType,)
 try:
-    from collections import _tuplegetter  # type: ignore[attr-defined]  (namedtuple's field descriptor)
+    from collections import _tuplegetter  # type: ignore[attr-defined]  # namedtuple's field descriptor
 
     _STORAGE_DESCRIPTORS += (_tuplegetter,)
 except ImportError:  # pragma: no cover  (a Python without the C accelerator)

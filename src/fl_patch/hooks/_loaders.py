@@ -141,7 +141,7 @@ class SubstituteLoader:
     def exec_module(self, module: types.ModuleType) -> None:
         if self._substituted is not None:
             if module is self._substituted and self._own_spec is not None:
-                module.__spec__ = self._own_spec  # type: ignore[assignment]  (see the module doc)
+                module.__spec__ = self._own_spec  # type: ignore[assignment]  # see the module doc
             return  # the replacement module has already run its own body
         _point_module_at(module, self, self._fallback)
         exec_observed(self._fallback, module, self._observer)
