@@ -27,10 +27,14 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .._runtime import deterministic, interpreting
+
+if TYPE_CHECKING:
+    from torch.cuda import _POOL_HANDLE
 
 __all__ = [
     "LEAN_STATS",
@@ -145,7 +149,7 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
     )
 
 
-def _jit(kernel: object) -> object:
+def _jit(kernel: Any) -> Any:
     while not hasattr(kernel, "params"):
         kernel = kernel.fn
     return kernel
@@ -155,7 +159,7 @@ def _grid3(grid: tuple[int, ...]) -> tuple[int, int, int]:
     return (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
 
 
-def _remember(site: tuple, compiled: object, kernel: object, nargs: int, constexprs: dict, meta: dict) -> None:
+def _remember(site: tuple, compiled: Any, kernel: Any, nargs: int, constexprs: dict, meta: dict) -> None:
     """Keep what a repeated launch needs: the compiled kernel and the values of the trailing constexprs.
 
     Not the grid: a grid can depend on sizes that are no kernel argument (RoPE's grid has one
@@ -180,7 +184,7 @@ def _remember(site: tuple, compiled: object, kernel: object, nargs: int, constex
 _TRITON: list = []  # (triton.knobs, the active driver), bound at the first lean launch
 
 
-def _hooks_wanted(knobs: object) -> bool:
+def _hooks_wanted(knobs: Any) -> bool:
     """Whether a launch hook is installed (triton 3.6 keeps them in chains that are empty by default)."""
     for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
         if hook is not None and getattr(hook, "calls", True):
@@ -204,7 +208,7 @@ def _run_lean(entry: tuple, args: tuple, grid: tuple[int, int, int], device: int
     return True
 
 
-def run(kernel: object, grid: tuple[int, ...], *args: object, **kwargs: object) -> None:
+def run(kernel: Any, grid: tuple[int, ...], *args: object, **kwargs: object) -> None:
     """``kernel[grid](*args, **kwargs)`` (constexprs and ``num_warps`` in ``kwargs``), lean when repeated."""
     lean = SETTINGS.lean
     if lean:
@@ -222,8 +226,8 @@ def run(kernel: object, grid: tuple[int, ...], *args: object, **kwargs: object) 
 
 
 def launch(
-    kernel: object,
-    tuned: object | None,
+    kernel: Any,
+    tuned: Any,  # a triton autotuner, or None (Any: triton has no types)
     grid: Callable[[dict], tuple[int, ...]],
     default: dict,
     *args: object,
@@ -319,7 +323,7 @@ class TuneStore:
         return os.path.join(self._seed_dir, self.file_name())
 
     @staticmethod
-    def kernel_id(tuned: object) -> str:
+    def kernel_id(tuned: Any) -> str:
         jit = _jit(tuned)
         digest = hashlib.sha256((jit.src + "\n" + "\n".join(map(str, tuned.configs))).encode()).hexdigest()[:16]
         return f"{jit.__name__}-{digest}"
@@ -333,10 +337,10 @@ class TuneStore:
         return data if isinstance(data, dict) else {}
 
     @staticmethod
-    def _config_dict(config: object) -> dict:
+    def _config_dict(config: Any) -> dict:
         return {"kwargs": dict(config.kwargs), "num_warps": config.num_warps, "num_stages": config.num_stages}
 
-    def load(self, tuned: object) -> int:
+    def load(self, tuned: Any) -> int:
         """Put the stored picks for ``tuned``'s kernel into its cache (once a process); returns how many."""
         if id(tuned) in self._loaded or not self.enabled():
             return 0
@@ -354,7 +358,7 @@ class TuneStore:
                 count += 1
         return count
 
-    def save(self, tuned: object) -> None:
+    def save(self, tuned: Any) -> None:
         """Merge ``tuned``'s picks into the file."""
         if not self.enabled():
             return
@@ -382,7 +386,7 @@ TUNE_STORE = TuneStore()
 _L2_FLUSH_BYTES = 256 * 1024**2  # over the L2 of any current GPU (H200: 50 MB), as triton's do_bench
 
 
-def graph_timed(kernel_call: Callable[[], None], quantiles: list[float] | None = None, calls: int = 16) -> object:
+def graph_timed(kernel_call: Callable[[], object], quantiles: list[float] | None = None, calls: int = 16) -> object:
     """Autotuner benchmark: GPU time of one ``kernel_call``, host launch overhead left out.
 
     triton's default ``do_bench`` times eager calls. A kernel of 10-60 us (the norms
@@ -412,7 +416,7 @@ def graph_timed(kernel_call: Callable[[], None], quantiles: list[float] | None =
     return [times[min(len(times) - 1, int(q * len(times)))] for q in quantiles]
 
 
-def _capture(work: Callable[[], object], pool: tuple) -> torch.cuda.CUDAGraph:
+def _capture(work: Callable[[], object], pool: _POOL_HANDLE) -> torch.cuda.CUDAGraph:
     """``work`` captured on the current stream, thread-local.
 
     Not ``torch.cuda.graph(...)``: entering it synchronizes and empties the caching
