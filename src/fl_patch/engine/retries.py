@@ -36,14 +36,14 @@ class Retries(_Part):
         applied: list[AppliedPatch] = []
         for module, name, targets in batch:
             for target in targets:
-                attr_path = owned_path(module, target.parts, name)  # type: ignore[arg-type]
+                attr_path = owned_path(module, target.parts, name)
                 if attr_path is None:
                     continue
                 try:
-                    patch = target.apply(module, name, attr_path, self, late=late)  # type: ignore[arg-type]
+                    patch = target.apply(module, name, attr_path, self, late=late)
                 except NotYet as exc:
                     with self.lock:
-                        self._pending.append((target, module, name, attr_path, exc.blocker))  # type: ignore[arg-type]
+                        self._pending.append((target, module, name, attr_path, exc.blocker))
                     target.status, target.detail = Status.WAITING, str(exc)
                     continue
                 if patch is not None:

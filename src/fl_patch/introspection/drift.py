@@ -298,7 +298,7 @@ def _import_origin(module: str, node: ast.ImportFrom, source: MegatronSource) ->
         # (not None there: the same call, just checked)
         if source.module_file(module) and source.module_file(module).endswith("__init__.py")  # type: ignore[union-attr]
         else module.rpartition(".")[0]
-    )  # type: ignore[union-attr]
+    )
     for _ in range(node.level - 1):
         package = package.rpartition(".")[0]
     return f"{package}.{node.module}" if node.module else package
