@@ -28,6 +28,7 @@ import sys
 # of every process that has the bootstrap on PYTHONPATH. Type checkers read this as theirs.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import FrameType
     from typing import Any
 
     from fl_patch.activation.install import install, is_installed, uninstall
@@ -73,7 +74,7 @@ def _take_cwd_off_the_path() -> str | None:
     """
     if sys.argv[:1] != ["-m"] or sys.flags.safe_path or not sys.path:
         return None
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if code.co_name == "_run_module_as_main" and code.co_filename in ("<frozen runpy>", _RUNPY_FILE):

@@ -41,6 +41,12 @@ from fl_patch.activation.settings import ENV
 from fl_patch.activation.wrappers import WRAPPERS, unwrap
 from fl_patch.core.errors import warn
 
+# Not ``from typing import TYPE_CHECKING``: this module imports no typing at run time (see
+# fl_patch/__init__.py). Type checkers read this as theirs.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+
 __all__ = ["PACKAGE_BOOTSTRAP", "diagnose", "interpreter_flags", "watch"]
 
 PACKAGE_BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
@@ -93,7 +99,8 @@ def watch(bootstrap_dir: str | None = None) -> None:
         import _posixsubprocess
     except ImportError:  # not a POSIX system
         return
-    _posixsubprocess.fork_exec = _watched(_posixsubprocess.fork_exec, "fork_exec")
+    # a wrapper taking the same arguments (typed loosely: it forwards them untouched)
+    _posixsubprocess.fork_exec = _watched(_posixsubprocess.fork_exec, "fork_exec")  # type: ignore[assignment]
 
 
 def _watched(launch: Callable[..., object], event: str) -> Callable[..., object]:
@@ -142,7 +149,7 @@ def _launch(
     if event == "fork_exec":  # (args, executable_list, close_fds, pass_fds, cwd, env, ...)
         argv, executables, env_list = args[0], args[1], args[5]
         executable = executables[0] if isinstance(executables, (list, tuple)) and executables else None
-        env = None
+        env: object = None
         if isinstance(env_list, (list, tuple)):
             env = dict(_text(item).partition("=")[::2] for item in env_list)
     else:  # os.exec*, os.posix_spawn*: (path, argv[, env])
@@ -302,7 +309,7 @@ def _launching_line() -> tuple[str, int]:
     """The line of the program that started the child (not subprocess, os or multiprocessing)."""
     skip = {os.path.realpath(__file__), os.path.realpath(subprocess_file()), os.path.realpath(os.__file__)}
     stdlib_multiprocessing = os.path.join(os.path.dirname(os.path.realpath(os.__file__)), "multiprocessing")
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         real = os.path.realpath(filename)

@@ -32,7 +32,7 @@ import importlib.machinery
 import os
 import types
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from fl_patch.activation.settings import ENV
 from fl_patch.core.errors import is_stop_request
@@ -129,7 +129,10 @@ def _users_line(exc: BaseException) -> tuple[str, int] | None:
 
     if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
         return exc.filename, exc.lineno  # the line that does not parse, which no frame runs
-    skipped = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (importlib, _fl_patch_package()))
+    # (both are packages loaded from files: __file__ is set)
+    skipped = tuple(
+        os.path.dirname(os.path.abspath(cast(str, m.__file__))) + os.sep for m in (importlib, _fl_patch_package())
+    )
     found = None
     tb = exc.__traceback__
     while tb is not None:
@@ -169,7 +172,7 @@ def load_registry_modules(
             if import_source(name, "registry module", registry, problems, missing_ok=missing is not None) is not None:
                 loaded.append(name)
         except _Missing:
-            missing.append(name)  # type: ignore[union-attr]  (missing_ok is set only with a list)
+            missing.append(name)  # type: ignore[union-attr]  # missing_ok is set only with a list
     return loaded
 
 
@@ -206,7 +209,7 @@ def load_entry_points(registry: Registry, problems: ProblemSink, *, done: set[st
     """
     import importlib.metadata  # deferred: ~25 ms, paid only when megatron is imported
 
-    loaded = []
+    loaded: list[str] = []
     try:
         entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
     except Exception as exc:  # noqa: BLE001

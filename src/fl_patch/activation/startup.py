@@ -73,7 +73,7 @@ class _ActivationTrigger:
             # importlib's _find_spec answers an import whose module appeared meanwhile with
             # that module's own __spec__, then loads it again from it: so the module's spec
             # is ours until the import system has taken the module back.
-            spec = ModuleSpec(fullname, _LoadedModule(loaded), origin=getattr(loaded, "__file__", None))
+            spec = ModuleSpec(fullname, _LoadedModule(loaded), origin=getattr(loaded, "__file__", None))  # type: ignore[arg-type]  # a duck-typed loader
             loaded.__spec__ = spec
             return spec
         if finder is None:
@@ -238,7 +238,8 @@ def activate(bootstrap_dir: str) -> None:
             return
         RUNTIME.trigger = _ActivationTrigger(roots, after_site=bool(settings.registry_modules))
         sys.meta_path.insert(0, RUNTIME.trigger)
-        sys.path_hooks.insert(0, _ArmedPathHook(RUNTIME.trigger))
+        # (the hook finds nothing: it always raises ImportError, after installing when it is due)
+        sys.path_hooks.insert(0, _ArmedPathHook(RUNTIME.trigger))  # type: ignore[arg-type]
     except Exception as exc:  # (start-up must survive a broken plugin or a bug of ours)
         if is_stop_request(exc):
             raise

@@ -159,7 +159,7 @@ def _sudo(args: list[str], environ: Environ, explicit: bool) -> Unwrapped | None
         return rest, environ, explicit
     if seen & {"-i", "--login", "-s", "--shell", "-l", "--list", "-v", "--validate", "-k", "-K", "-V"} and not rest:
         return None
-    kept = {name: environ[name] for name in ("PATH", "TERM", "HOME", "LANG") if name in environ}
+    kept: dict[str, str] = {name: environ[name] for name in ("PATH", "TERM", "HOME", "LANG") if name in environ}
     return rest, kept, True
 
 

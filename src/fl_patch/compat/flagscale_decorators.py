@@ -66,7 +66,7 @@ def take_over(decorators: types.ModuleType) -> None:
         return result
 
     register_in_both.fl_patch_forwards = True  # type: ignore[attr-defined]
-    decorators.register = register_in_both
+    decorators.register = register_in_both  # type: ignore[attr-defined]  # replaces the tree's function on its module
 
 
 def registrations_seen(source: str) -> bool:

@@ -57,7 +57,7 @@ _STANDS_FOR: weakref.WeakKeyDictionary[types.FunctionType, types.FunctionType] =
 # Descriptors that store per-instance data: replacing one breaks every instance.
 _STORAGE_DESCRIPTORS: tuple[type, ...] = (types.MemberDescriptorType,)
 try:
-    from collections import _tuplegetter  # type: ignore[attr-defined]  (namedtuple's field descriptor)
+    from collections import _tuplegetter  # type: ignore[attr-defined]  # namedtuple's field descriptor
 
     _STORAGE_DESCRIPTORS += (_tuplegetter,)
 except ImportError:  # pragma: no cover  (a Python without the C accelerator)
@@ -143,7 +143,8 @@ def _method_adapter(impl: object) -> types.FunctionType:
 
     # updated=(): never copy the impl's __dict__ (it may carry _torchdynamo_orig_callable,
     # which would make compiled callers skip this adapter).
-    return functools.update_wrapper(method, impl, updated=())  # type: ignore[arg-type]
+    # (update_wrapper returns method itself: a FunctionType; impl is any callable)
+    return functools.update_wrapper(method, impl, updated=())  # type: ignore[arg-type, return-value]
 
 
 def build_replacement(resolved: Resolved, impl: object, *, create: bool = False) -> object:
@@ -358,7 +359,7 @@ def _unmark_wrapped(patch: AppliedPatch) -> None:
         if marked is not None and marked in _WRAPPED_BY_US:
             upstream, signature_set = _WRAPPED_BY_US.pop(marked)
             if vars(marked).get("__wrapped__") is upstream:
-                del marked.__wrapped__
+                del marked.__wrapped__  # type: ignore[attr-defined]  # set by update_wrapper, checked above
                 if signature_set:
                     vars(marked).pop("__signature__", None)
 

@@ -221,7 +221,8 @@ class HolderIndex:
         try:
             self._seen[name] = weakref.ref(module)
         except TypeError:
-            self._seen[name] = lambda module=module: module  # (takes no weak reference: keep it)
+            # (takes no weak reference: keep it; mypy cannot infer a lambda's default-argument type)
+            self._seen[name] = lambda module=module: module  # type: ignore[misc]
         namespace = _namespace(module)
         if namespace is None:
             return
@@ -242,7 +243,7 @@ class HolderIndex:
             holders.setdefault(id(value), []).append(name)
 
 
-def _mark_of(modules: dict[str, object]) -> tuple[int, str | None, int]:
+def _mark_of(modules: dict[str, types.ModuleType]) -> tuple[int, str | None, int]:  # sys.modules
     last = next(reversed(modules), None) if modules else None
     return (len(modules), last, id(modules.get(last)) if last is not None else 0)
 

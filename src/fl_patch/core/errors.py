@@ -71,8 +71,8 @@ def hidden_by_other_filters(text: str, category: type[Warning], module: str, lin
             and (filter_module is None or filter_module.match(module))
             and (filter_lineno == 0 or filter_lineno == lineno)
         ):
-            return action in ("ignore", "error") and not _filter_names_fl_patch(filter_category, message)
-    return warnings.defaultaction in ("ignore", "error")
+            return action in ("ignore", "error") and not _filter_names_fl_patch(filter_category, message)  # type: ignore[arg-type]  # filters hold a class
+    return warnings.defaultaction in ("ignore", "error")  # type: ignore[attr-defined]  # not in typeshed
 
 
 def warn(

@@ -40,6 +40,7 @@ import types
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fl_patch.core.resolve import Kind, Resolved, describe
 from fl_patch.introspection.signatures import Finding, compare_signatures
@@ -77,7 +78,7 @@ def _own(cls: type, name: str) -> object:
 _CHECKING = threading.local()
 
 
-def _guarded(cls: type, sub: object, check: Callable[[object, type], bool], obj: object, original: type) -> bool:
+def _guarded(cls: type, sub: object, check: Callable[[Any, Any], bool], obj: object, original: object) -> bool:
     """``check(obj, original)``, unless this very question is already being asked on this thread.
 
     An ABC's check walks the original's subclasses, which include the impl and so the
@@ -104,18 +105,18 @@ def _stand_in_meta(meta: type) -> type:
         original = _own(cls, ORIGINAL_ATTR)
         if original is not None and _guarded(cls, type(obj), isinstance, obj, original):
             return True
-        return meta.__instancecheck__(cls, obj)  # type: ignore[attr-defined]
+        return meta.__instancecheck__(cls, obj)  # type: ignore[call-arg]  # the metaclass's own, given cls
 
     def __subclasscheck__(cls: type, sub: type) -> bool:
         original = _own(cls, ORIGINAL_ATTR)
         if original is not None and _guarded(cls, sub, issubclass, sub, original):
             return True
-        return meta.__subclasscheck__(cls, sub)  # type: ignore[attr-defined]
+        return meta.__subclasscheck__(cls, sub)  # type: ignore[call-arg]  # the metaclass's own, given cls
 
     def __repr__(cls: type) -> str:
         impl = _own(cls, _IMPL_ATTR)
         if impl is None:
-            return meta.__repr__(cls)
+            return meta.__repr__(cls)  # type: ignore[call-arg]  # the metaclass's own, given cls
         return f"<class '{cls.__module__}.{cls.__qualname__}' (fl_patch: {impl.__module__}.{impl.__qualname__})>"  # type: ignore[attr-defined]
 
     namespace = {
@@ -194,8 +195,8 @@ def _wrap_cached_property(raw: object, impl: object, holder: object, name: str) 
     func = impl.func if isinstance(impl, functools.cached_property) else impl
     # Always a fresh one: __set_name__ records the name on the object, and a vendor's
     # cached_property must not be bound to a second name (or changed) by fl_patch.
-    replacement = functools.cached_property(func)  # type: ignore[arg-type]
-    replacement.__set_name__(holder, name)
+    replacement: functools.cached_property[Any] = functools.cached_property(func)  # type: ignore[arg-type]
+    replacement.__set_name__(holder, name)  # type: ignore[arg-type]  # holder: the class that owns name
     return replacement
 
 

@@ -185,6 +185,7 @@ def dependency_guard(module: object, attr_path: tuple[str, ...]) -> str | None:
     if not real or not all(g[0] for g in real):
         return None  # bound unconditionally somewhere: not a dependency question
     test = real[0][0]
+    assert test is not None  # every real binding has a guard (checked above)
     what = _dependency_name(test)
     value = vars(module).get(attr_path[0], _ABSENT)
     state = "is None here" if value is None else "is not defined here"
@@ -213,7 +214,7 @@ def _bindings(path: str) -> dict[str, list[tuple[str | None, bool, bool]]]:
     def visit(body: list[ast.stmt], guard: str | None, other_branch: bool) -> None:
         for node in body:
             if isinstance(node, ast.If):
-                test = f"`{ast.unparse(node.test)}`"
+                test: str | None = f"`{ast.unparse(node.test)}`"
                 visit(node.body, test, False)
                 visit(node.orelse, test, True)
             elif isinstance(node, ast.Try):

@@ -47,7 +47,7 @@ def _library_roots(top: str) -> tuple[str, ...]:
     Cached per top-level name: the mapping reads every installed distribution's metadata
     once (tens of ms), and only for an impl outside fl_patch and the standard library.
     """
-    roots = []
+    roots: list[str] = []
     for name in _top_level_distributions().get(top, ()):
         try:
             distribution = importlib.metadata.distribution(name)

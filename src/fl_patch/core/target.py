@@ -126,7 +126,7 @@ class Target(TargetRecords):
         try:
             resolved, attr_path, note = locate(module, attr_path)
         except AttributeError as exc:
-            return self._missing(first, str(exc), ctx)
+            return self._missing(first, str(exc), ctx)  # type: ignore[func-returns-value]  # reports, and apply returns its None
         existing = self._in_place_at(resolved.holder, resolved.name)
         if existing is not None and existing.registration is not None and existing.registration in selection.candidates:
             return None  # already in place: the same module body is not patched twice
@@ -134,7 +134,7 @@ class Target(TargetRecords):
             # (only now: saying why reads the module's source, which is not free)
             cause = unusable(module, attr_path, resolved, _version_note(self.name))
             if cause is not None:
-                return self._missing(first, cause, ctx)
+                return self._missing(first, cause, ctx)  # type: ignore[func-returns-value]  # reports, and apply returns its None
         if existing is None:
             note = "; ".join(filter(None, [note, upstream_none(module, attr_path, resolved)]))
         if existing is not None:  # a re-registration replaces our own impl: keep the upstream original

@@ -14,6 +14,7 @@ from fl_patch.core.records import PatchRecord, Status
 
 if TYPE_CHECKING:
     from fl_patch.core.registration import Registration
+    from fl_patch.core.resolve import Kind
 
 __all__ = ["Selection", "TargetRecords"]
 
@@ -29,6 +30,22 @@ class Selection:
 
 class TargetRecords:
     """The reporting part of ``Target``; the state it reads is set by ``Target.__init__``."""
+
+    if TYPE_CHECKING:  # for the type checker only: what Target.__init__ sets and the Target methods read here
+        name: str
+        status: Status
+        detail: str
+        chosen: Registration | None
+        kind: Kind | None
+        module: str | None
+        late: bool
+        _failed: dict[int, str]
+
+        def registrations(self) -> list[Registration]: ...
+
+        def select(self, vendors: tuple[str, ...], disabled: bool) -> Selection: ...
+
+        def is_applied(self) -> bool: ...
 
     def records(self, vendors: tuple[str, ...], disabled: bool, installed: bool) -> list[PatchRecord]:
         selection = self.select(vendors, disabled)

@@ -48,6 +48,7 @@ def detect_platform() -> str:
     torch = sys.modules.get("torch")
     if torch is None or not hasattr(torch, "cuda"):
         import torch
+    assert torch is not None  # imported just above when it was not loaded
     if torch.cuda.is_available():
         return "cuda"
     xpu = getattr(torch, "xpu", None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import types
+from typing import TYPE_CHECKING
 
 from fl_patch.core.bindings import window_items
 from fl_patch.core.errors import FlPatchError
@@ -23,8 +24,13 @@ from fl_patch.engine.retries import _still_loading
 
 __all__ = ["CatchUp"]
 
+if TYPE_CHECKING:
+    from fl_patch.engine._state import EngineState as _Part
+else:
+    _Part = object  # the base is for the type checker only (engine._state)
 
-class CatchUp:
+
+class CatchUp(_Part):
     """The engine's catch-up part; the state it reads is set by ``Engine.__init__``."""
 
     def _note_unobserved(self, window: str) -> None:

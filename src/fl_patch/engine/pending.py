@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from fl_patch.core.import_state import plugin_window
 
 __all__ = ["PendingWork"]
 
+if TYPE_CHECKING:
+    from fl_patch.engine._state import EngineState as _Part
+else:
+    _Part = object  # the base is for the type checker only (engine._state)
 
-class PendingWork:
+
+class PendingWork(_Part):
     """The engine's pending-work part; the state it reads is set by ``Engine.__init__``."""
 
     def defer(self, load_sources: Callable[[], None]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from fl_patch.core.apply import AppliedPatch
 from fl_patch.core.bindings import Window
@@ -22,22 +23,27 @@ __all__ = ["Batch", "Retries"]
 
 Batch = Iterable[tuple[types.ModuleType, str, list[Target]]]  # (module, its name, targets it may own)
 
+if TYPE_CHECKING:
+    from fl_patch.engine._state import EngineState as _Part
+else:
+    _Part = object  # the base is for the type checker only (engine._state)
 
-class Retries:
+
+class Retries(_Part):
     """The engine's applying and retrying part; the state it reads is set by ``Engine.__init__``."""
 
     def _apply(self, batch: Batch, *, window: Window, late: bool) -> list[AppliedPatch]:
         applied: list[AppliedPatch] = []
         for module, name, targets in batch:
             for target in targets:
-                attr_path = owned_path(module, target.parts, name)  # type: ignore[arg-type]
+                attr_path = owned_path(module, target.parts, name)
                 if attr_path is None:
                     continue
                 try:
-                    patch = target.apply(module, name, attr_path, self, late=late)  # type: ignore[arg-type]
+                    patch = target.apply(module, name, attr_path, self, late=late)
                 except NotYet as exc:
                     with self.lock:
-                        self._pending.append((target, module, name, attr_path, exc.blocker))  # type: ignore[arg-type]
+                        self._pending.append((target, module, name, attr_path, exc.blocker))
                     target.status, target.detail = Status.WAITING, str(exc)
                     continue
                 if patch is not None:

@@ -103,7 +103,7 @@ class PatchingFinder:
         pass
 
 
-def _behind_own_trigger(meta_path: list[object], finder: PatchingFinder) -> bool:
+def _behind_own_trigger(meta_path: Sequence[object], finder: PatchingFinder) -> bool:
     # The start-up trigger (which installed this finder and stays in the list, disarmed)
     # and other fl_patch finders may sit ahead of us: they never take a module away.
     for entry in meta_path:

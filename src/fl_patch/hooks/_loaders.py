@@ -22,6 +22,7 @@ import sys
 import types
 from collections.abc import Callable
 from importlib.machinery import ModuleSpec
+from typing import Any
 
 import wrapt
 
@@ -30,7 +31,7 @@ from ._observer import ImportObserver
 __all__ = ["LegacyPatchingLoader", "PatchingLoader", "SubstituteLoader", "substitute_spec", "wrap_loader"]
 
 
-def _point_module_at(module: types.ModuleType, proxy: object, loader: object) -> None:
+def _point_module_at(module: types.ModuleType, proxy: object, loader: Any) -> None:  # Any: a duck-typed loader
     # The import system set __loader__ and __spec__.loader to the proxy; the module body
     # and everyone after it should see the real loader (inspect.getsource, resources).
     if getattr(module, "__loader__", None) is proxy:
@@ -55,7 +56,7 @@ def exec_observed(loader: object, module: types.ModuleType, observer: ImportObse
     observer.after_exec(module)
 
 
-def wrap_loader(loader: object, observer: ImportObserver) -> object:
+def wrap_loader(loader: object, observer: ImportObserver) -> Any:  # Any: a proxy standing in for the loader
     """``loader``, observed: its module body is followed by the observer's patching."""
     if isinstance(loader, (PatchingLoader, LegacyPatchingLoader, SubstituteLoader)):
         return loader
@@ -141,7 +142,7 @@ class SubstituteLoader:
     def exec_module(self, module: types.ModuleType) -> None:
         if self._substituted is not None:
             if module is self._substituted and self._own_spec is not None:
-                module.__spec__ = self._own_spec  # type: ignore[assignment]  (see the module doc)
+                module.__spec__ = self._own_spec  # type: ignore[assignment]  # see the module doc
             return  # the replacement module has already run its own body
         _point_module_at(module, self, self._fallback)
         exec_observed(self._fallback, module, self._observer)
@@ -161,7 +162,7 @@ def substitute_spec(
         fallback = fallback.__wrapped__ if isinstance(fallback, PatchingLoader) else fallback._loader
     substitute = ModuleSpec(
         fullname,
-        SubstituteLoader(fullname, provide, fallback, observer),
+        SubstituteLoader(fullname, provide, fallback, observer),  # type: ignore[arg-type]  # a duck-typed loader
         origin=spec.origin if spec is not None else None,
         is_package=spec is not None and spec.submodule_search_locations is not None,
     )

@@ -24,7 +24,7 @@ import functools
 import sys
 import threading
 from importlib.machinery import ModuleSpec
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fl_patch.core.errors import warn
 
@@ -92,8 +92,9 @@ class PathHookWatchdog:
         self.active = False
         cache = sys.path_importer_cache
         for path, entry in list(cache.items()):
-            if _is_watching(entry) and entry._self_watchdog is self:  # type: ignore[attr-defined]
-                cache[path] = entry.__wrapped__
+            # entry is then a WatchingEntryFinder, a class made at run time that mypy cannot name
+            if _is_watching(entry) and entry._self_watchdog is self:  # type: ignore[union-attr]
+                cache[path] = entry.__wrapped__  # type: ignore[union-attr]
 
     def __repr__(self) -> str:
         return "<fl_patch PathHookWatchdog>"
@@ -119,7 +120,7 @@ def _watching_class() -> type:
     return WatchingEntryFinder
 
 
-def watched_entry(entry: object, watchdog: PathHookWatchdog) -> object:
+def watched_entry(entry: object, watchdog: PathHookWatchdog) -> Any:  # Any: a proxy standing in for entry
     """``entry`` watched: a ``WatchingEntryFinder`` (see the module doc)."""
     return _watching_class()(entry, watchdog)
 

@@ -105,6 +105,8 @@ class _Absent:
     """Any name of a missing GPU-only package: usable while its importer loads, raises when called after."""
 
     __slots__ = ("_fl_importer", "_fl_name")
+    _fl_importer: str  # (the slots' types: __getattr__ answers every other name)
+    _fl_name: str
 
     def __init__(self, name: str, importer: str) -> None:
         object.__setattr__(self, "_fl_name", name)
@@ -193,7 +195,7 @@ class GpuOnlyFinder:
             # A submodule: only of a stand-in we served (a real package's submodules are its own).
             if not isinstance(parent, _StandInModule):
                 return None
-            return ModuleSpec(fullname, _StandInLoader(parent._fl_importer), is_package=True)
+            return ModuleSpec(fullname, _StandInLoader(parent._fl_importer), is_package=True)  # type: ignore[arg-type]  # duck-typed loader
         importer = _unguarded_megatron_importer(root)
         if importer is None:
             return None
@@ -202,7 +204,7 @@ class GpuOnlyFinder:
             _SERVED[root].append(importer)
         if root not in LIVE:
             LIVE.append(root)
-        return ModuleSpec(fullname, _StandInLoader(importer), is_package=True)
+        return ModuleSpec(fullname, _StandInLoader(importer), is_package=True)  # type: ignore[arg-type]  # duck-typed loader
 
 
 _FL_PATCH_DIR = __file__.rsplit("hooks", 1)[0]  # the fl_patch package directory

@@ -40,11 +40,15 @@ import sys
 import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fl_patch.core.gates import package_info_version, parse_gate
 from fl_patch.core.missing import strip_repeated_module_name
 from fl_patch.introspection.forwarding import forwarding_findings
 from fl_patch.introspection.signatures import compare_signatures
+
+if TYPE_CHECKING:
+    from fl_patch.core.registration import Registration
 
 __all__ = ["DriftResult", "MegatronSource", "drift", "open_source", "run"]
 
@@ -291,9 +295,10 @@ def _import_origin(module: str, node: ast.ImportFrom, source: MegatronSource) ->
         return node.module
     package = (
         module
-        if source.module_file(module) and source.module_file(module).endswith("__init__.py")
+        # (not None there: the same call, just checked)
+        if source.module_file(module) and source.module_file(module).endswith("__init__.py")  # type: ignore[union-attr]
         else module.rpartition(".")[0]
-    )  # type: ignore[union-attr]
+    )
     for _ in range(node.level - 1):
         package = package.rpartition(".")[0]
     return f"{package}.{node.module}" if node.module else package
@@ -489,7 +494,7 @@ class DriftResult:
         return asdict(self)
 
 
-def _registrations() -> list[object]:
+def _registrations() -> list[Registration]:
     from fl_patch.activation import install as _activation
     from fl_patch.activation.runtime import RUNTIME
 
@@ -497,7 +502,7 @@ def _registrations() -> list[object]:
     return sorted(RUNTIME.registry.registrations(), key=lambda r: (r.target, r.vendor))
 
 
-def drift(source: MegatronSource, registrations: list[object] | None = None) -> list[DriftResult]:
+def drift(source: MegatronSource, registrations: list[Registration] | None = None) -> list[DriftResult]:
     """The verdict on each registration against ``source``."""
     results = []
     for reg in _registrations() if registrations is None else registrations:
@@ -600,7 +605,7 @@ def _text(label: str, version: str | None, results: list[DriftResult]) -> str:
 
 def _diff(a: tuple[str, list[DriftResult]], b: tuple[str, list[DriftResult]]) -> list[dict[str, object]]:
     before = {(r.target, r.vendor): r for r in a[1]}
-    changes = []
+    changes: list[dict[str, object]] = []
     for r in b[1]:
         old = before.get((r.target, r.vendor))
         if old is not None and old.level != r.level:

@@ -133,7 +133,7 @@ def make_counter(target: str, replacement: object) -> object:
                 tick()
             return await impl(*args, **kwargs)
 
-        wrapper: types.FunctionType = counted_async
+        wrapper: types.FunctionType = counted_async  # type: ignore[assignment]  # a def: a FunctionType
     else:
 
         def counted(*args: object, **kwargs: object) -> object:
@@ -141,11 +141,11 @@ def make_counter(target: str, replacement: object) -> object:
                 tick()
             return impl(*args, **kwargs)
 
-        wrapper = counted
+        wrapper = counted  # type: ignore[assignment]  # a def: a FunctionType
     functools.update_wrapper(wrapper, impl, updated=())
     # Not the impl: the installed object's __wrapped__ is the upstream original (``core.apply``),
     # which impls written for FlagScale call; pointing it at the impl would make them recurse.
-    del wrapper.__wrapped__
+    del wrapper.__wrapped__  # type: ignore[attr-defined]  # set by update_wrapper just above
     try:
         wrapper.__signature__ = inspect.signature(impl)  # type: ignore[attr-defined]
     except (TypeError, ValueError):

@@ -174,7 +174,7 @@ class _Norm(torch.nn.Module):
         self.bias = None if rms else torch.nn.Parameter(torch.zeros(hidden_size, dtype=dtype))
         for param in self.parameters():
             # The norm runs on each rank's sequence shard: its gradient is summed over TP (as TE marks it).
-            param.sequence_parallel = sequence_parallel
+            param.sequence_parallel = sequence_parallel  # type: ignore[attr-defined]  # megatron's parameter mark
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return norm(x, self.weight, self.bias, self.eps, self.rms, self.zero_centered_gamma)
@@ -335,7 +335,7 @@ class TELayerNormColumnParallelLinear(TEColumnParallelLinear):
         )
         for param in (self.layer_norm_weight, self.layer_norm_bias):
             if param is not None:
-                param.sequence_parallel = config.sequence_parallel
+                param.sequence_parallel = config.sequence_parallel  # type: ignore[attr-defined]  # megatron's parameter mark
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:  # type: ignore[override]
         normed = norm(
@@ -586,12 +586,13 @@ class _GroupedLinear(_ExtraState, torch.nn.Module):
             or config.expert_tensor_parallel_size != config.tensor_model_parallel_size
         )
         for pname, param in self.named_parameters():
-            param.allreduce = not use_expert_pgs
+            # megatron's parameter marks (read by its grad reduction and checkpointing), set as TE sets them
+            param.allreduce = not use_expert_pgs  # type: ignore[attr-defined]
             split = pname.startswith("weight") or (self.parallel_mode == "column" and pname.startswith("bias"))
-            param.tensor_model_parallel = split
+            param.tensor_model_parallel = split  # type: ignore[attr-defined]
             if split:
-                param.partition_dim = 1 if self.parallel_mode == "row" else 0
-                param.partition_stride = 1
+                param.partition_dim = 1 if self.parallel_mode == "row" else 0  # type: ignore[attr-defined]
+                param.partition_stride = 1  # type: ignore[attr-defined]
 
     def forward(self, x: torch.Tensor, m_splits: list[int]) -> tuple[torch.Tensor, torch.Tensor | list | None]:
         weights = [getattr(self, f"weight{i}") for i in range(self.num_gemms)]
@@ -654,7 +655,8 @@ class TERowParallelGroupedLinear(_GroupedLinear):
 # --------------------------------------------------------------------------- the spec provider
 class _TENormWithResidual:
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-        return TENorm(*args, has_residual=True, **kwargs)
+        # (megatron passes config, hidden_size[, eps]: args never reach has_residual)
+        return TENorm(*args, has_residual=True, **kwargs)  # type: ignore[misc]
 
 
 class TESpecProvider(_UpstreamTESpecProvider):

@@ -34,6 +34,7 @@ When to drop: when the local spec ships a fused attention (upstream's
 from __future__ import annotations
 
 import weakref
+from typing import TYPE_CHECKING
 
 import torch
 from megatron.core.transformer.enums import AttnMaskType
@@ -42,6 +43,9 @@ import fl_patch
 
 from . import ops
 from ._runtime import fallback, kernel_unavailable, note_config
+
+if TYPE_CHECKING:  # megatron has no types: these are Any to mypy, named for the reader
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
 
 __all__ = ["TARGET", "dot_product_attention_forward", "is_causal_mask"]
 
@@ -74,7 +78,7 @@ def is_causal_mask(mask: torch.Tensor, sq: int, sk: int) -> bool:
 
 
 def _reason(
-    module: torch.nn.Module,
+    module: DotProductAttention,
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -112,7 +116,7 @@ def _reason(
 
 
 def dot_product_attention_forward(
-    self: torch.nn.Module,
+    self: DotProductAttention,
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,

@@ -25,7 +25,7 @@ turns on a fused activation that needs no compile).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +36,9 @@ import fl_patch
 from . import ops
 from ._runtime import fallback, kernel_unavailable
 
+if TYPE_CHECKING:  # megatron has no types: these are Any to mypy, named for the reader
+    from megatron.core.transformer.mlp import MLP
+
 __all__ = ["MLP_FORWARD", "SWIGLU_IMPL", "bias_swiglu_impl", "mlp_forward"]
 
 MLP_FORWARD = "megatron.core.transformer.mlp.MLP.forward"
@@ -43,7 +46,7 @@ SWIGLU_IMPL = "megatron.core.fusions.fused_bias_swiglu.bias_swiglu_impl"
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _mlp_reason(mlp: torch.nn.Module, hidden_states: torch.Tensor, per_token_scale: object) -> str | None:
+def _mlp_reason(mlp: MLP, hidden_states: torch.Tensor, per_token_scale: object) -> str | None:
     config = mlp.config
     if config.use_te_activation_func:
         return "use_te_activation_func (TE's activation module)"
@@ -61,7 +64,7 @@ def _mlp_reason(mlp: torch.nn.Module, hidden_states: torch.Tensor, per_token_sca
 
 
 def mlp_forward(
-    self: torch.nn.Module, hidden_states: torch.Tensor, per_token_scale: torch.Tensor | None = None, **kwargs: object
+    self: MLP, hidden_states: torch.Tensor, per_token_scale: torch.Tensor | None = None, **kwargs: object
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``MLP.forward`` with the SwiGLU on the pack's kernel (upstream's for everything else)."""
     if self.config.bias_activation_fusion and per_token_scale is None:

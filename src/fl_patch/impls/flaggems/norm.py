@@ -28,6 +28,7 @@ megatron's local spec uses a fused norm on GPUs without Apex/TE.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from megatron.core.transformer.torch_norm import WrappedTorchNorm as _UpstreamWrappedTorchNorm
@@ -41,7 +42,7 @@ MAX_WIDTH = 32768  # kernels/norms.py MAX_WIDTH (not imported: that module impor
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _unsupported(module: torch.nn.Module, x: torch.Tensor) -> str | None:
+def _unsupported(module: torch.nn.RMSNorm | torch.nn.LayerNorm, x: torch.Tensor) -> str | None:
     weight = getattr(module, "weight", None)
     if weight is None:
         return "no affine weight (elementwise_affine=False)"
@@ -84,7 +85,7 @@ class FlagGemsLayerNorm(torch.nn.LayerNorm):
 _RETYPE: dict[type, type] = {torch.nn.RMSNorm: FlagGemsRMSNorm, torch.nn.LayerNorm: FlagGemsLayerNorm}
 
 
-def _config_of(args: tuple, kwargs: dict) -> object:
+def _config_of(args: tuple, kwargs: dict) -> Any:  # megatron's TransformerConfig, or None
     return kwargs["config"] if "config" in kwargs else args[0] if args else None
 
 
@@ -100,7 +101,8 @@ class WrappedTorchNorm(_UpstreamWrappedTorchNorm):
     ``finalize_model_grads`` all-reduces those gradients over the tensor-parallel group.
     """
 
-    def __new__(cls, *args: object, **kwargs: object) -> torch.nn.Module:
+    # Not an instance of this class: the torch norm it builds (the type checker wants cls's instances).
+    def __new__(cls, *args: object, **kwargs: object) -> torch.nn.Module:  # type: ignore[misc]
         config = _config_of(args, kwargs)
         note_config(config)
         sequence_parallel = bool(getattr(config, "sequence_parallel", False))

@@ -42,6 +42,7 @@ and its local multi-tensor functions stop synchronising per tensor.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 
@@ -79,7 +80,7 @@ def fused_possible(params: Iterable[torch.Tensor]) -> str | None:
     return None
 
 
-def _all_params(params: object) -> list[torch.Tensor]:
+def _all_params(params: Iterable[Any]) -> list[torch.Tensor]:  # a tensor, or tensors and param groups
     groups = list(params) if not isinstance(params, torch.Tensor) else [params]
     out: list[torch.Tensor] = []
     for group in groups:
@@ -95,7 +96,7 @@ class FusedAdam(torch.optim.AdamW):
 
     def __init__(
         self,
-        params: object,
+        params: Iterable[Any],  # a tensor, or tensors and param groups (as torch.optim takes)
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,

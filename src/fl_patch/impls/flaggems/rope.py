@@ -46,7 +46,7 @@ When to drop: when TE (with its fused QKV RoPE) is installed and preferred.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -54,6 +54,9 @@ import fl_patch
 
 from . import ops
 from ._runtime import fallback, kernel_unavailable
+
+if TYPE_CHECKING:  # megatron has no types: these are Any to mypy, named for the reader
+    from megatron.core.transformer.transformer_config import TransformerConfig
 
 __all__ = [
     "FUSED_QKV_TARGET",
@@ -70,7 +73,9 @@ HAVE_FUSED_QKV_ROPE = True
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _reason(t: torch.Tensor, freqs: torch.Tensor, config: object, cu_seqlens: object, mla: bool) -> str | None:
+def _reason(
+    t: torch.Tensor, freqs: torch.Tensor, config: TransformerConfig, cu_seqlens: object, mla: bool
+) -> str | None:
     if config.apply_rope_fusion:
         return "apply_rope_fusion=True (TE's fused RoPE)"
     if cu_seqlens is not None:
@@ -92,7 +97,7 @@ def _reason(t: torch.Tensor, freqs: torch.Tensor, config: object, cu_seqlens: ob
 
 
 def apply_rotary_pos_emb(
-    t: torch.Tensor, freqs: torch.Tensor, config: object, *args: Any, **kwargs: Any
+    t: torch.Tensor, freqs: torch.Tensor, config: TransformerConfig, *args: Any, **kwargs: Any
 ) -> torch.Tensor:
     """``apply_rotary_pos_emb`` with the bshd case on the pack's kernel.
 

@@ -26,12 +26,17 @@ torch fallback is a single fused kernel.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from megatron.core.transformer.enums import AttnMaskType
 
 import fl_patch
 
 from ._runtime import fallback, kernel_unavailable
+
+if TYPE_CHECKING:  # megatron has no types: these are Any to mypy, named for the reader
+    from megatron.core.fusions.fused_softmax import FusedScaleMaskSoftmax
 
 __all__ = ["TARGET", "scale_mask_softmax_forward"]
 
@@ -40,14 +45,14 @@ MAX_KEYS = 32768  # kernels/softmax.py MAX_KEYS
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _apex_kernel(module: torch.nn.Module, mask: torch.Tensor | None, size: torch.Size) -> bool:
+def _apex_kernel(module: FusedScaleMaskSoftmax, mask: torch.Tensor | None, size: torch.Size) -> bool:
     try:
         return bool(module.is_kernel_available(mask, *size))
     except ImportError:
         return False  # masked_softmax_fusion asked for, Apex's extension absent
 
 
-def _reason(module: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor | None, offset: object) -> str | None:
+def _reason(module: FusedScaleMaskSoftmax, x: torch.Tensor, mask: torch.Tensor | None, offset: object) -> str | None:
     if offset is not None:
         return "softmax_offset (off-by-one or learnable softmax)"
     if module.window_size is not None:
@@ -73,7 +78,10 @@ def _reason(module: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor | None,
 
 
 def scale_mask_softmax_forward(
-    self: torch.nn.Module, input: torch.Tensor, mask: torch.Tensor | None, softmax_offset: torch.Tensor | None = None
+    self: FusedScaleMaskSoftmax,
+    input: torch.Tensor,
+    mask: torch.Tensor | None,
+    softmax_offset: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``FusedScaleMaskSoftmax.forward`` with the torch fallback path on the pack's kernel."""
     if softmax_offset is None and _apex_kernel(self, mask, input.size()):

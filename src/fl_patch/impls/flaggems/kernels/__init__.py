@@ -28,10 +28,14 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .._runtime import deterministic, interpreting
+
+if TYPE_CHECKING:
+    from torch.cuda import _POOL_HANDLE
 
 __all__ = [
     "LEAN_STATS",
@@ -148,7 +152,7 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
     )
 
 
-def _jit(kernel: object) -> object:
+def _jit(kernel: Any) -> Any:
     while not hasattr(kernel, "params"):
         kernel = kernel.fn
     return kernel
@@ -158,7 +162,7 @@ def _grid3(grid: tuple[int, ...]) -> tuple[int, int, int]:
     return (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
 
 
-def _remember(site: tuple, compiled: object, kernel: object, nargs: int, constexprs: dict, meta: dict) -> None:
+def _remember(site: tuple, compiled: Any, kernel: Any, nargs: int, constexprs: dict, meta: dict) -> None:
     """Keep what a repeated launch needs: the compiled kernel and the values of the trailing constexprs.
 
     Not the grid: a grid can depend on sizes that are no kernel argument (RoPE's grid has one
@@ -183,7 +187,7 @@ def _remember(site: tuple, compiled: object, kernel: object, nargs: int, constex
 _TRITON: list = []  # (triton.knobs, the active driver), bound at the first lean launch
 
 
-def _hooks_wanted(knobs: object) -> bool:
+def _hooks_wanted(knobs: Any) -> bool:
     """Whether a launch hook is installed (triton 3.6 keeps them in chains that are empty by default)."""
     for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
         if hook is not None and getattr(hook, "calls", True):
@@ -207,7 +211,7 @@ def _run_lean(entry: tuple, args: tuple, grid: tuple[int, int, int], device: int
     return True
 
 
-def run(kernel: object, grid: tuple[int, ...], *args: object, **kwargs: object) -> None:
+def run(kernel: Any, grid: tuple[int, ...], *args: object, **kwargs: object) -> None:
     """``kernel[grid](*args, **kwargs)`` (constexprs and ``num_warps`` in ``kwargs``), lean when repeated."""
     lean = SETTINGS.lean
     if lean:
@@ -225,8 +229,8 @@ def run(kernel: object, grid: tuple[int, ...], *args: object, **kwargs: object) 
 
 
 def launch(
-    kernel: object,
-    tuned: object | None,
+    kernel: Any,
+    tuned: Any,  # a triton autotuner, or None (Any: triton has no types)
     grid: Callable[[dict], tuple[int, ...]],
     default: dict,
     *args: object,
@@ -325,7 +329,7 @@ class TuneStore:
         return os.path.join(self._seed_dir, self.file_name())
 
     @staticmethod
-    def kernel_id(tuned: object) -> str:
+    def kernel_id(tuned: Any) -> str:
         jit = _jit(tuned)
         digest = hashlib.sha256((jit.src + "\n" + "\n".join(map(str, tuned.configs))).encode()).hexdigest()[:16]
         return f"{jit.__name__}-{digest}"
@@ -339,10 +343,10 @@ class TuneStore:
         return data if isinstance(data, dict) else {}
 
     @staticmethod
-    def _config_dict(config: object) -> dict:
+    def _config_dict(config: Any) -> dict:
         return {"kwargs": dict(config.kwargs), "num_warps": config.num_warps, "num_stages": config.num_stages}
 
-    def load(self, tuned: object) -> int:
+    def load(self, tuned: Any) -> int:
         """Put the stored picks for ``tuned``'s kernel into its cache (once a process); returns how many."""
         if id(tuned) in self._loaded or not self.enabled():
             return 0
@@ -360,7 +364,7 @@ class TuneStore:
                 count += 1
         return count
 
-    def borrow_nearest(self, tuned: object, args: tuple, kwargs: dict) -> bool:
+    def borrow_nearest(self, tuned: Any, args: tuple, kwargs: dict) -> bool:
         """For a shape no pick is stored for, the pick of the nearest stored shape; whether one was borrowed.
 
         Why: tuning a new shape compiles and times every config of every kernel it meets, on
@@ -374,7 +378,7 @@ class TuneStore:
         before.
         """
         key = autotune_key(tuned, args, kwargs)
-        cache = tuned.cache  # type: ignore[attr-defined]
+        cache = tuned.cache
         if key is None or key in cache or not cache:
             return False
         nearest = _nearest_key(key, [k for k in cache if (id(tuned), k) not in self._borrowed])
@@ -384,7 +388,7 @@ class TuneStore:
         self._borrowed.add((id(tuned), key))
         return True
 
-    def save(self, tuned: object) -> None:
+    def save(self, tuned: Any) -> None:
         """Merge ``tuned``'s picks into the file (borrowed ones are not measurements: left out)."""
         if not self.enabled():
             return
@@ -411,7 +415,7 @@ class TuneStore:
 TUNE_STORE = TuneStore()
 
 
-def autotune_key(tuned: object, args: tuple, kwargs: dict) -> tuple | None:
+def autotune_key(tuned: Any, args: tuple, kwargs: dict) -> tuple | None:
     """The cache key triton 3.x's ``Autotuner.run`` computes for this call (None if ``tuned`` is not one)."""
     arg_names = getattr(tuned, "arg_names", None)
     keys = getattr(tuned, "keys", None)
@@ -452,7 +456,7 @@ def _nearest_key(key: tuple, stored: list[tuple]) -> tuple | None:
 _L2_FLUSH_BYTES = 256 * 1024**2  # over the L2 of any current GPU (H200: 50 MB), as triton's do_bench
 
 
-def graph_timed(kernel_call: Callable[[], None], quantiles: list[float] | None = None, calls: int = 16) -> object:
+def graph_timed(kernel_call: Callable[[], object], quantiles: list[float] | None = None, calls: int = 16) -> object:
     """Autotuner benchmark: GPU time of one ``kernel_call``, host launch overhead left out.
 
     triton's default ``do_bench`` times eager calls. A kernel of 10-60 us (the norms
@@ -482,7 +486,7 @@ def graph_timed(kernel_call: Callable[[], None], quantiles: list[float] | None =
     return [times[min(len(times) - 1, int(q * len(times)))] for q in quantiles]
 
 
-def _capture(work: Callable[[], object], pool: tuple) -> torch.cuda.CUDAGraph:
+def _capture(work: Callable[[], object], pool: _POOL_HANDLE) -> torch.cuda.CUDAGraph:
     """``work`` captured on the current stream, thread-local.
 
     Not ``torch.cuda.graph(...)``: entering it synchronizes and empties the caching

@@ -21,6 +21,7 @@ reduction its partial sums cost (``FL_GEMS_AUTOTUNE=0``: a fixed config).
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 import triton
@@ -43,7 +44,7 @@ def _tile(width: int) -> tuple[int, int, int]:
     return block_m, block_n, num_warps
 
 
-def _prune(configs: list, named_args: dict, **kwargs: object) -> list:
+def _prune(configs: list, named_args: dict, **kwargs: Any) -> list:  # triton passes the constexprs
     """Tiles of at most 16384 elements, 4 to 32 of them a thread."""
     block_n = int(kwargs["BLOCK_N"])
     keep = []

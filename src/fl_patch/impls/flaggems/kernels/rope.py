@@ -29,6 +29,8 @@ the same bytes takes 50 us for both (``docs/gpu_runs_h200/``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
@@ -309,7 +311,7 @@ _QKV_CONFIGS = [triton.Config({"BLOCK_R": r}, num_warps=w) for r in (8, 16, 32, 
 _QKV_KEY = ["ROWS", "HN", "ROT_HALF"]
 
 
-def _qkv_prune(configs: list, named_args: dict, **kwargs: object) -> list:
+def _qkv_prune(configs: list, named_args: dict, **kwargs: Any) -> list:  # triton passes the constexprs
     """Tiles of 8 to 64 elements a thread (fewer: threads hold copies of each other's elements,
     seen 3x slower on an H200), and no more rows than a position has (rounded up to a power of two)."""
     rows_ = next_power_of_2(int(named_args["ROWS"]))
