@@ -168,7 +168,12 @@ def customize_ran_here() -> bool:
 def _found_at_start_up(name: str) -> bool:
     import importlib.machinery
 
-    path = sys.path if sys.flags.safe_path else sys.path[1:]
+    import fl_patch
+
+    # The entry the interpreter put first (the cwd, for -m) is not where site looked; the
+    # launcher may have taken it off already (fl_patch/__init__.py), then sys.path is as site saw it.
+    taken_off = fl_patch._LAUNCHER_CWD_ENTRY is not None
+    path = sys.path if sys.flags.safe_path or taken_off else sys.path[1:]
     try:
         spec = importlib.machinery.PathFinder.find_spec(name, path)
     except (ImportError, OSError, ValueError):

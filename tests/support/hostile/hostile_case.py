@@ -13,6 +13,7 @@ run it exactly as default mode does.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,12 @@ from pathlib import Path
 __all__ = ["HostileCase", "Outcome", "describe", "judge", "needs_strict_run", "run_case"]
 
 REPO = Path(__file__).resolve().parents[3]
+
+# A case starts with SIGINT at its default, as from a shell. A runner that ignores SIGINT (a
+# pytest-xdist worker, a shell's background job) would pass SIG_IGN on to every case, Python
+# then installs no KeyboardInterrupt handler, and each Ctrl-C case would test nothing.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @dataclass(frozen=True)
