@@ -103,71 +103,61 @@ def test_te_spec_module_tree_checkpoints_moe_mla() -> None:
     assert r["fp8"].startswith("TEFeatureError:") and "fp8='hybrid' needs Transformer Engine" in r["fp8"]
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(
+_NEEDS_MEGATRON_LM = pytest.mark.skipif(
     not (MEGATRON_LM / "pretrain_gpt.py").is_file(),
     reason="set MEGATRON_LM to a Megatron-LM checkout (core_v0.19.0) to run pretrain_gpt.py",
 )
-@pytest.mark.parametrize("grouped", [False, True], ids=["sequential-experts", "grouped-gemm"])
-def test_pretrain_gpt_te_spec_moe_ep2_mla(tmp_path: Path, grouped: bool) -> None:
-    """Megatron-LM's pretrain_gpt.py, unchanged, torchrun 2 ranks: the default TE impl, 4 experts top-2, alltoall,
-    EP=2, multi-latent attention (q/kv LoRA, YaRN), grouped GEMM off and on: it trains."""
+# Megatron-LM's pretrain_gpt.py flags of every run here: a tiny GPT on mock data, 8 iterations.
+_PRETRAIN_BASE = (
+    "--mock-data --tokenizer-type NullTokenizer --vocab-size 128 --make-vocab-size-divisible-by 64 "
+    "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 "
+    "--micro-batch-size 2 --global-batch-size 4 --train-iters 8 --lr 1e-3 --log-interval 1 "
+    "--eval-interval 8 --eval-iters 1 --num-workers 0 --position-embedding-type rope --normalization RMSNorm "
+    "--swiglu --disable-bias-linear"
+).split()
+_TORCHRUN_2 = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+
+def _pretrain_losses(where: Path, launcher: list[str], args: list[str], **env: str) -> list[float]:
+    """Upstream pretrain_gpt.py, unchanged, under ``python -m fl_patch [launcher]``: its 8 logged lm losses."""
     for name in ("pretrain_gpt.py", "gpt_builders.py", "model_provider.py"):
-        shutil.copy(MEGATRON_LM / name, tmp_path / name)
-    args = (
-        "--mock-data --tokenizer-type NullTokenizer --vocab-size 128 --make-vocab-size-divisible-by 64 "
-        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 "
-        "--micro-batch-size 2 --global-batch-size 4 --train-iters 8 --lr 1e-3 --log-interval 1 "
-        "--eval-interval 8 --eval-iters 1 --num-workers 0 "
-        "--num-experts 4 --moe-router-topk 2 --moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 "
-        "--moe-ffn-hidden-size 64 "
-        "--multi-latent-attention --q-lora-rank 32 --kv-lora-rank 32 --qk-head-dim 16 --qk-pos-emb-head-dim 16 "
-        "--v-head-dim 16 --rotary-scaling-factor 2 --position-embedding-type rope "
-        "--normalization RMSNorm --swiglu --disable-bias-linear"
-    ).split() + (["--moe-grouped-gemm"] if grouped else [])
+        if not (where / name).exists():
+            shutil.copy(MEGATRON_LM / name, where / name)
     proc = subprocess.run(
-        [sys.executable, "-m", "fl_patch", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "pretrain_gpt.py", *args],
-        env=clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "fl_patch", *launcher, "pretrain_gpt.py", *_PRETRAIN_BASE, *args],
+        env=clean_env(**env), cwd=where, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]
     losses = [float(line.split("lm loss:")[1].split("|")[0]) for line in log.splitlines() if "| lm loss:" in line]
     assert len(losses) == 8, log[-3000:]
+    return losses
+
+
+@pytest.mark.slow
+@_NEEDS_MEGATRON_LM
+@pytest.mark.parametrize("grouped", [False, True], ids=["sequential-experts", "grouped-gemm"])
+def test_pretrain_gpt_te_spec_moe_ep2_mla(tmp_path: Path, grouped: bool) -> None:
+    """Megatron-LM's pretrain_gpt.py, unchanged, torchrun 2 ranks: the default TE impl, 4 experts top-2, alltoall,
+    EP=2, multi-latent attention (q/kv LoRA, YaRN), grouped GEMM off and on: it trains."""
+    args = (
+        "--num-experts 4 --moe-router-topk 2 --moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 "
+        "--moe-ffn-hidden-size 64 "
+        "--multi-latent-attention --q-lora-rank 32 --kv-lora-rank 32 --qk-head-dim 16 --qk-pos-emb-head-dim 16 "
+        "--v-head-dim 16 --rotary-scaling-factor 2"
+    ).split() + (["--moe-grouped-gemm"] if grouped else [])
+    losses = _pretrain_losses(tmp_path, _TORCHRUN_2, args)
     assert losses[-1] < losses[0] - 0.1, losses
 
 
-@pytest.mark.skipif(
-    not (MEGATRON_LM / "pretrain_gpt.py").is_file(),
-    reason="set MEGATRON_LM to a Megatron-LM checkout (core_v0.19.0) to run pretrain_gpt.py",
-)
+@_NEEDS_MEGATRON_LM
 def test_pretrain_gpt_te_spec_tp2_sequence_parallel_matches_one_rank(tmp_path: Path) -> None:
     """The TE spec (default impl, no TE) at TP=2 with sequence parallelism, torchrun 2 ranks, computes the
     losses of one rank: CPU initialisation from the seed and no dropout, so the sharded layers see the
     same weights and the tensor-parallel collectives (gloo) are the only difference."""
-    for name in ("pretrain_gpt.py", "gpt_builders.py", "model_provider.py"):
-        shutil.copy(MEGATRON_LM / name, tmp_path / name)
-    args = (
-        "--mock-data --tokenizer-type NullTokenizer --vocab-size 128 --make-vocab-size-divisible-by 64 "
-        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 "
-        "--micro-batch-size 2 --global-batch-size 4 --train-iters 8 --lr 1e-3 --log-interval 1 "
-        "--eval-interval 8 --eval-iters 1 --num-workers 0 --position-embedding-type rope --normalization RMSNorm "
-        "--swiglu --disable-bias-linear --seed 1234 --use-cpu-initialization --attention-dropout 0 --hidden-dropout 0"
-    ).split()
-
-    def losses(launcher: list[str], extra: list[str], **env: str) -> list[float]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "fl_patch", *launcher, "pretrain_gpt.py", *args, *extra],
-            env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        log = proc.stdout + proc.stderr
-        assert proc.returncode == 0, log[-6000:]
-        found = [float(line.split("lm loss:")[1].split("|")[0]) for line in log.splitlines() if "| lm loss:" in line]
-        assert len(found) == 8, log[-3000:]
-        return found
-
-    one = losses([], [], MASTER_ADDR="127.0.0.1", MASTER_PORT=_port(), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    tp2 = losses(torchrun, ["--tensor-model-parallel-size", "2", "--sequence-parallel"])
+    same = "--seed 1234 --use-cpu-initialization --attention-dropout 0 --hidden-dropout 0".split()
+    one_rank = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=_port(), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    one = _pretrain_losses(tmp_path, [], same, **one_rank)
+    tp2 = _pretrain_losses(tmp_path, _TORCHRUN_2, [*same, "--tensor-model-parallel-size", "2", "--sequence-parallel"])
     assert tp2 == pytest.approx(one, rel=1e-5)
     assert one[-1] < one[0] - 0.1, one

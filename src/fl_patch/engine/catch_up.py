@@ -88,13 +88,17 @@ class CatchUp(_Part):
                 if only_unprocessed and self._processed_module(name) is module:
                     continue
                 self._mark_processed(name, module)
-            whole = self.registry.get(name)
-            if whole is not None and isinstance(module, types.ModuleType):
-                self._substitute_loaded(whole, module)
-            targets = self.registry.targets_under(name)
+            targets = self._substitute_and_targets(name, module)
             if targets:
                 batch.append((module, name, targets))
         return batch
+
+    def _substitute_and_targets(self, name: str, module: object) -> list[Target]:
+        """A whole-module replacement of ``name`` put in place of ``module``; the targets inside it."""
+        whole = self.registry.get(name)
+        if whole is not None and isinstance(module, types.ModuleType):
+            self._substitute_loaded(whole, module)
+        return self.registry.targets_under(name)
 
     def catch_up(self) -> None:
         """Patch modules that finished loading without this engine seeing them (see the module doc)."""
@@ -195,10 +199,7 @@ class CatchUp(_Part):
         with self.lock:
             self._waiting_on.discard(name)
             self._mark_processed(name, module)
-        whole = self.registry.get(name)
-        if whole is not None and isinstance(module, types.ModuleType):
-            self._substitute_loaded(whole, module)
-        targets = self.registry.targets_under(name)
+        targets = self._substitute_and_targets(name, module)
         if targets:
             # window None: importlib has moved the module to the end of sys.modules by now, so the
             # modules its body loaded are found through the holder index instead.
