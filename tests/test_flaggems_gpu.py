@@ -397,6 +397,80 @@ def test_gpt_loss_curves_agree(run_python, tmp_path) -> None:
     assert tail_b < 0.5 * b[0], "upstream did not learn: the comparison would be vacuous"
 
 
+@pytest.mark.parametrize("splits", [[37, 0, 128, 5], [1, 1, 1, 1, 1, 1, 1, 1], [256]], ids=["odd", "tiny", "one"])
+def test_te_grouped_gemm_matches_the_per_expert_loop(splits: list[int]) -> None:
+    """TE's grouped GEMM on torch's grouped kernel: forward and every gradient equal the per-expert loop (fp32)."""
+    from fl_patch.impls.flaggems import te
+
+    g = torch.Generator(device="cpu").manual_seed(3)
+    n = sum(splits)
+    x0 = torch.randn(2 * n, 512, generator=g)[::2].to("cuda", torch.bfloat16)  # strided rows, as a slice gives
+    w0 = [(torch.randn(384, 512, generator=g) / 20).to("cuda", torch.bfloat16) for _ in splits]
+    dy = torch.randn(n, 384, generator=g).to("cuda", torch.bfloat16)
+    if len(splits) > 1:
+        assert te._grouped_reason(x0, w0) is None, te._grouped_reason(x0, w0)
+    results = []
+    for fn, dtype in (
+        (te.grouped_matmul if len(splits) > 1 else te._grouped, torch.bfloat16),
+        (te._loop, torch.float32),
+    ):
+        x = x0.to(dtype).requires_grad_(True)
+        ws = [w.to(dtype).requires_grad_(True) for w in w0]
+        out = fn(x, ws, splits)
+        out.backward(dy.to(dtype))
+        results.append([out, x.grad, *(w.grad for w in ws)])
+    for i, (ours, ref) in enumerate(zip(*results, strict=True)):
+        if ref.numel() and ref.abs().max() > 0:
+            _close(ours, ref, torch.bfloat16, f"grouped GEMM tensor {i}")
+        else:  # an expert without tokens: its gradient is zero
+            assert ours.abs().max() == 0, f"grouped GEMM tensor {i}: not zero"
+
+
+def _curve(run_python, tmp_path: Path, name: str, env: dict[str, str], *flags: str, steps: int = 150) -> dict:
+    pythonpath = os.pathsep.join(
+        [str(REPO / "src"), str(SUPPORT / "flaggems"), str(SUPPORT), os.environ.get("PYTHONPATH", "")]
+    )
+    out = tmp_path / f"{name}.json"
+    run_python(
+        str(SUPPORT / "flaggems" / "gems_gpt.py"), "--mode", "curve", "--steps", str(steps), "--out", str(out), *flags,
+        env=clean_env(PYTHONPATH=pythonpath, **env), timeout=600,
+    )  # fmt: skip
+    return json.loads(out.read_text())
+
+
+def _windows_agree(a: list[float], b: list[float], window_rel: float, tail_rel: float) -> None:
+    assert len(a) == len(b) and all(math.isfinite(x) for x in a + b)
+    for start in range(0, len(a), 10):
+        wa, wb = sum(a[start : start + 10]) / 10, sum(b[start : start + 10]) / 10
+        assert abs(wa - wb) <= window_rel * wb, f"steps {start}-{start + 9}: {wa:.4f} vs {wb:.4f}"
+    tail_a, tail_b = sum(a[-GPT_TAIL:]) / GPT_TAIL, sum(b[-GPT_TAIL:]) / GPT_TAIL
+    assert abs(tail_a - tail_b) <= tail_rel * tail_b, (tail_a, tail_b)
+    assert tail_b < 0.7 * b[0], "the reference did not learn: the comparison would be vacuous"
+
+
+def test_te_spec_on_the_pack_trains_as_the_local_spec_on_the_pack(run_python, tmp_path) -> None:
+    """megatron's TE layer spec without TE (TE's module tree) on the pack's kernels, every call on them: its curve
+    follows the local spec's on the pack (same initial weights; the same kernels in another module tree)."""
+    pack = {"MG_FL_PREFER": "flaggems"}
+    te_run = _curve(run_python, tmp_path, "te", pack, "--spec", "te")
+    local = _curve(run_python, tmp_path, "local", pack)
+    assert "TELayerNormColumnParallelLinear" in te_run["module_classes"] and local["module_classes"] == []
+    assert te_run["fallbacks"] == [], te_run["fallbacks"]
+    assert te_run["cudnn_attention_calls"] > 0
+    _windows_agree(te_run["losses"], local["losses"], 0.01, 0.005)
+
+
+def test_moe_te_grouped_on_the_pack_trains_like_upstream(run_python, tmp_path) -> None:
+    """MoE, 4 experts top-2, alltoall: the TE spec's grouped experts on the pack (grouped GEMM, weighted SwiGLU
+    kernel) against upstream's local spec (SequentialMLP, torch ops): the curves agree."""
+    moe = ("--experts", "4", "--topk", "2", "--moe-ffn", "704")
+    pack = _curve(run_python, tmp_path, "pack", {"MG_FL_PREFER": "flaggems"}, *moe, "--spec", "te",
+                  "--grouped-gemm", "--bias-act-fusion")  # fmt: skip
+    upstream = _curve(run_python, tmp_path, "upstream", {"FL_PATCH": "0"}, *moe)
+    assert "TEGroupedMLP" in pack["module_classes"] and pack["fallbacks"] == [], pack["fallbacks"]
+    _windows_agree(pack["losses"], upstream["losses"], 0.03, 0.015)
+
+
 # ---------------------------------------------------------------------------------- last: slowest to compile
 def _has_flag_gems() -> bool:
     try:

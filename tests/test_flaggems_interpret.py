@@ -71,6 +71,21 @@ def test_pack_inside_real_megatron_core(run_python) -> None:
     assert result["ok"] and len(result["targets"]) == 14
 
 
+def test_te_spec_on_the_pack_inside_real_megatron_core(run_python) -> None:
+    """megatron's TE layer spec without TE, under MG_FL_PREFER=flaggems: TE's module tree, its norms, attention
+    and (MoE) weighted SwiGLU on the pack's kernels, loss and every gradient equal to the replaced functions'."""
+    proc = run_python(
+        str(SUPPORT / "flaggems" / "gems_te_interpret.py"),
+        env=_env(MG_FL_PREFER="flaggems", GEMS_PORT=str(29900 + os.getpid() % 90)),
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["ok"]
+    for case in ("dense_rmsnorm", "layernorm_zero_centered", "moe_grouped"):
+        assert result[case]["worst_grad_rel"] < 1e-4 and result[case]["loss_diff"] < 1e-5, result[case]
+
+
 _REDUCE_SNIPPET = """
 import json, torch
 from fl_patch.impls.flaggems.kernels.norms import _reduce_parts

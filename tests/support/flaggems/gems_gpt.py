@@ -144,6 +144,21 @@ def main() -> int:
     )
     parser.add_argument("--fp32", action="store_true", help="fp32 parameters and compute (the numerics reference)")
     parser.add_argument(
+        "--spec",
+        choices=("local", "te"),
+        default="local",
+        help="te: megatron's Transformer Engine layer spec (without TE: fl_patch's TE-compatible modules)",
+    )
+    parser.add_argument("--experts", type=int, default=0, help="MoE: experts per layer (0: dense)")
+    parser.add_argument("--topk", type=int, default=2, help="MoE: experts per token")
+    parser.add_argument("--moe-ffn", type=int, default=None, help="MoE: each expert's SwiGLU width (default: --ffn)")
+    parser.add_argument("--grouped-gemm", action="store_true", help="MoE: moe_grouped_gemm (TEGroupedMLP)")
+    parser.add_argument(
+        "--bias-act-fusion",
+        action="store_true",
+        help="bias_activation_fusion=True (the MoE grouped path's weighted SwiGLU; upstream compiles it)",
+    )
+    parser.add_argument(
         "--fresh-data",
         action="store_true",
         help="a new batch from the Markov chain every step (throughput mode repeats one random batch)",
@@ -169,7 +184,10 @@ def main() -> int:
     rank = _init_distributed()
     from megatron.core import parallel_state
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_layer_specs import (
+        get_gpt_layer_local_spec,
+        get_gpt_layer_with_transformer_engine_spec,
+    )
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
@@ -181,23 +199,41 @@ def main() -> int:
     torch.manual_seed(1234)
     model_parallel_cuda_manual_seed(1234)
     dtype = torch.float32 if args.fp32 else torch.bfloat16
+    moe: dict[str, object] = {}
+    if args.experts:
+        moe = dict(
+            num_moe_experts=args.experts, moe_router_topk=args.topk, moe_token_dispatcher_type="alltoall",
+            moe_ffn_hidden_size=args.moe_ffn or ffn, moe_grouped_gemm=args.grouped_gemm,
+            moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2,
+        )  # fmt: skip
     cfg = TransformerConfig(
         num_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_query_groups=groups,
         ffn_hidden_size=ffn, normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu,
         add_bias_linear=False, bf16=not args.fp32, params_dtype=dtype, pipeline_dtype=dtype,
         deterministic_mode=args.deterministic,
-        bias_activation_fusion=False, masked_softmax_fusion=False, apply_rope_fusion=False,
+        bias_activation_fusion=args.bias_act_fusion, masked_softmax_fusion=False, apply_rope_fusion=False,
         gradient_accumulation_fusion=False, bias_dropout_fusion=False, attention_dropout=0.0, hidden_dropout=0.0,
         fused_single_qkv_rope=args.fused_qkv_rope, tensor_model_parallel_size=args.tp, sequence_parallel=args.sp,
+        **moe,
     )  # fmt: skip
+    experts = args.experts or None
+    if args.spec == "te":
+        spec = get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=args.grouped_gemm)
+    else:
+        spec = get_gpt_layer_local_spec(
+            num_experts=experts, moe_grouped_gemm=args.grouped_gemm, normalization="RMSNorm"
+        )
     model = GPTModel(
         config=cfg,
-        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+        transformer_layer_spec=spec,
         vocab_size=vocab,
         max_sequence_length=seq,
         position_embedding_type="rope",
     ).cuda()
     n_params = sum(p.numel() for p in model.parameters())
+    # FLOPs follow the parameters a token meets: an MoE token meets topk of the experts
+    expert_params = sum(p.numel() for name, p in model.named_parameters() if ".experts." in name)
+    n_active = n_params - expert_params + (expert_params * args.topk // args.experts if args.experts else 0)
     if not args.fp32:
         model = Float16Module(cfg, model)
     model = DistributedDataParallel(
@@ -289,16 +325,23 @@ def main() -> int:
         "heads": heads,
         "vocab": vocab,
         "fp32": args.fp32,
+        "spec": args.spec,
+        "experts": args.experts,
+        "topk": args.topk if args.experts else None,
+        "grouped_gemm": args.grouped_gemm,
+        "bias_act_fusion": args.bias_act_fusion,
+        "module_classes": sorted({type(m).__name__ for m in model.modules() if type(m).__name__.startswith("TE")}),
         "deterministic": args.deterministic,
         "fresh_data": fresh,
         "step_times_s": times,
         "step_s_median": median,
         "tokens_per_s": mbs * seq / median,
-        "tflops_6N": 6 * n_params * mbs * seq / median / 1e12,
+        "active_params": n_active,
+        "tflops_6N": 6 * n_active * mbs * seq / median / 1e12,
         # model FLOPs with attention: 6N per token plus the score and context matmuls,
         # forward 4*s*d per head and token (halved: causal), backward twice that
-        "tflops_model": (6 * n_params + 6 * layers * heads * (hidden // heads) * seq) * mbs * seq / median / 1e12,
-        "mfu_989": (6 * n_params + 6 * layers * heads * (hidden // heads) * seq) * mbs * seq / median / 989e12,
+        "tflops_model": (6 * n_active + 6 * layers * heads * (hidden // heads) * seq) * mbs * seq / median / 1e12,
+        "mfu_989": (6 * n_active + 6 * layers * heads * (hidden // heads) * seq) * mbs * seq / median / 989e12,
         "peak_mem_gb": torch.cuda.max_memory_allocated() / 1e9,
         "torch_optimizer": f"{type(inner.optimizer).__module__}.{type(inner.optimizer).__name__}",
         "optimizer_fused": [bool(g.get("fused")) for g in inner.optimizer.param_groups],

@@ -85,10 +85,6 @@ class FlagGemsLayerNorm(torch.nn.LayerNorm):
 _RETYPE: dict[type, type] = {torch.nn.RMSNorm: FlagGemsRMSNorm, torch.nn.LayerNorm: FlagGemsLayerNorm}
 
 
-def _config_of(args: tuple, kwargs: dict) -> Any:  # megatron's TransformerConfig, or None
-    return kwargs["config"] if "config" in kwargs else args[0] if args else None
-
-
 class WrappedTorchNorm(_UpstreamWrappedTorchNorm):
     """Upstream's ``WrappedTorchNorm``; the module it builds runs the pack's kernels.
 
@@ -101,24 +97,30 @@ class WrappedTorchNorm(_UpstreamWrappedTorchNorm):
     ``finalize_model_grads`` all-reduces those gradients over the tensor-parallel group.
     """
 
-    # Not an instance of this class: the torch norm it builds (the type checker wants cls's instances).
-    def __new__(cls, *args: object, **kwargs: object) -> torch.nn.Module:  # type: ignore[misc]
-        config = _config_of(args, kwargs)
+    # Upstream's signature, spelled out (not *args): fl_patch checks that an impl takes every call its target
+    # takes, and TE-spec code binds this class under other names (transformer_block.LayerNormImpl) whose
+    # replacements are checked against it. Not an instance of this class: the torch norm it builds.
+    def __new__(  # type: ignore[misc]
+        cls,
+        config: Any,
+        hidden_size: int,
+        eps: float = 1e-5,
+        persist_layer_norm: bool = False,
+        zero_centered_gamma: bool = False,
+        normalization: str = "LayerNorm",
+    ) -> torch.nn.Module:
         note_config(config)
         sequence_parallel = bool(getattr(config, "sequence_parallel", False))
-        built_args, built_kwargs = args, kwargs
+        rest = (hidden_size, eps, persist_layer_norm, zero_centered_gamma, normalization)
+        built_config = config
         if sequence_parallel:
-            plain = copy.copy(config)
-            plain.sequence_parallel = False
-            if "config" in kwargs:
-                built_kwargs = {**kwargs, "config": plain}
-            else:
-                built_args = (plain, *args[1:])
-        module = _UpstreamWrappedTorchNorm.__new__(cls, *built_args, **built_kwargs)
+            built_config = copy.copy(config)
+            built_config.sequence_parallel = False
+        module = _UpstreamWrappedTorchNorm.__new__(cls, built_config, *rest)
         retyped = _RETYPE.get(type(module))
         if retyped is None:
             if sequence_parallel:  # not a norm the pack serves: upstream's own refusal
-                return _UpstreamWrappedTorchNorm.__new__(cls, *args, **kwargs)
+                return _UpstreamWrappedTorchNorm.__new__(cls, config, *rest)
             return module
         module.__class__ = retyped
         if sequence_parallel:

@@ -8,6 +8,7 @@ kernels on the first call that can use them.
 import importlib.util
 
 from fl_patch import register
+from fl_patch.impls.cpu.te_registry import register_te_spec, te_installed
 
 FLAGGEMS = "flaggems"
 _PACK = "fl_patch.impls.flaggems"
@@ -66,7 +67,22 @@ CREATED: tuple[tuple[str, str], ...] = (
     ),
 )
 
+# Transformer Engine's layer spec without TE (te.py): fl_patch's TE-compatible modules
+# (fl_patch/impls/cpu/te_modules.py) for this vendor too, their maths on the pack's kernels,
+# and MoE's weighted SwiGLU. Only where TE is absent: with TE, megatron uses TE itself.
+TE_PATCHES: tuple[tuple[str, str], ...] = (
+    ("fl_patch.impls.cpu.te_modules.norm", f"{_PACK}.te.norm"),
+    ("fl_patch.impls.cpu.te_modules.attention", f"{_PACK}.te.attention"),
+    ("fl_patch.impls.cpu.te_modules.grouped_matmul", f"{_PACK}.te.grouped_matmul"),
+    ("megatron.core.fusions.fused_bias_swiglu.weighted_bias_swiglu_impl", f"{_PACK}.te.weighted_bias_swiglu_impl"),
+)
+TE_SPEC = not te_installed()
+
 for _target, _impl in PATCHES:
     register(target=_target, impl=_impl, vendor=FLAGGEMS)
+if TE_SPEC:
+    register_te_spec(vendor=FLAGGEMS)
+    for _target, _impl in TE_PATCHES:
+        register(target=_target, impl=_impl, vendor=FLAGGEMS)
 for _target, _impl in CREATED:
     register(target=_target, impl=_impl, vendor=FLAGGEMS, create=True)
