@@ -471,6 +471,19 @@ def test_moe_te_grouped_on_the_pack_trains_like_upstream(run_python, tmp_path) -
     _windows_agree(pack["losses"], upstream["losses"], 0.03, 0.015)
 
 
+def test_mla_with_moe_on_the_pack_trains(run_python, tmp_path) -> None:
+    """Multi-latent attention (q/kv LoRA, YaRN) with grouped MoE experts on the pack: it learns; its core attention
+    (v's head size differs from q's and k's) goes to SDPA, said; nothing else leaves the pack's kernels."""
+    run = _curve(run_python, tmp_path, "mla", {"MG_FL_PREFER": "flaggems"}, "--spec", "te", "--mla", "--experts", "4",
+                 "--grouped-gemm", "--bias-act-fusion", "--moe-ffn", "704")  # fmt: skip
+    losses = run["losses"]
+    assert "TELinear" in run["module_classes"] and "TEGroupedMLP" in run["module_classes"]
+    assert all(math.isfinite(x) for x in losses) and sum(losses[-GPT_TAIL:]) / GPT_TAIL < 0.7 * losses[0], losses[::10]
+    assert [f.rsplit(" (", 1)[0] for f in run["fallbacks"]] == [
+        "te_attention: k and v of different shapes (multi-latent attention's v head size)"
+    ], run["fallbacks"]
+
+
 # ---------------------------------------------------------------------------------- last: slowest to compile
 def _has_flag_gems() -> bool:
     try:

@@ -149,6 +149,7 @@ def main() -> int:
         default="local",
         help="te: megatron's Transformer Engine layer spec (without TE: fl_patch's TE-compatible modules)",
     )
+    parser.add_argument("--mla", action="store_true", help="multi-latent attention (q/kv LoRA, YaRN; needs --spec te)")
     parser.add_argument("--experts", type=int, default=0, help="MoE: experts per layer (0: dense)")
     parser.add_argument("--topk", type=int, default=2, help="MoE: experts per token")
     parser.add_argument("--moe-ffn", type=int, default=None, help="MoE: each expert's SwiGLU width (default: --ffn)")
@@ -206,7 +207,18 @@ def main() -> int:
             moe_ffn_hidden_size=args.moe_ffn or ffn, moe_grouped_gemm=args.grouped_gemm,
             moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2,
         )  # fmt: skip
-    cfg = TransformerConfig(
+    if args.mla:
+        if args.spec != "te":
+            parser.error("--mla needs --spec te (megatron-core's local spec cannot build multi-latent attention)")
+        head = hidden // heads
+        moe.update(
+            q_lora_rank=hidden // 2, kv_lora_rank=hidden // 2, qk_head_dim=head, qk_pos_emb_head_dim=head // 2,
+            v_head_dim=head, rope_type="yarn", rotary_scaling_factor=2.0, original_max_position_embeddings=seq // 2,
+        )  # fmt: skip
+        groups = heads  # MLA has no query groups
+    from megatron.core.transformer import MLATransformerConfig
+
+    cfg = (MLATransformerConfig if args.mla else TransformerConfig)(
         num_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_query_groups=groups,
         ffn_hidden_size=ffn, normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu,
         add_bias_linear=False, bf16=not args.fp32, params_dtype=dtype, pipeline_dtype=dtype,
@@ -218,7 +230,9 @@ def main() -> int:
     )  # fmt: skip
     experts = args.experts or None
     if args.spec == "te":
-        spec = get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=args.grouped_gemm)
+        spec = get_gpt_layer_with_transformer_engine_spec(
+            num_experts=experts, moe_grouped_gemm=args.grouped_gemm, multi_latent_attention=args.mla
+        )
     else:
         spec = get_gpt_layer_local_spec(
             num_experts=experts, moe_grouped_gemm=args.grouped_gemm, normalization="RMSNorm"
@@ -326,6 +340,7 @@ def main() -> int:
         "vocab": vocab,
         "fp32": args.fp32,
         "spec": args.spec,
+        "mla": args.mla,
         "experts": args.experts,
         "topk": args.topk if args.experts else None,
         "grouped_gemm": args.grouped_gemm,
