@@ -112,6 +112,21 @@ def main() -> None:
     assert MLP.forward.__module__ == "fl_patch.impls.flaggems.mlp"
     for i, (a, b) in enumerate(zip(*outs, strict=True)):
         close(a, b, f"mlp tensor {i}")
+    # As an MoE expert (SequentialMLP): each token's routing weight, and fc2's bias weighted by it.
+    scale = torch.rand(7, 2, generator=torch.Generator().manual_seed(2))
+    # an expert's linears communicate nothing (megatron sets this for experts): upstream's in-place bias add
+    # would refuse the view a TP=1 RowParallelLinear returns
+    mlp.linear_fc1.explicit_expert_comm = mlp.linear_fc2.explicit_expert_comm = True
+    outs = []
+    for fn in (MLP.forward, fl_patch.original("megatron.core.transformer.mlp.MLP.forward")):
+        mlp.zero_grad(set_to_none=True)
+        hi = h.clone().requires_grad_(True)
+        out, out_bias = fn(mlp, hi, scale)
+        assert out_bias is None
+        out.sum().backward()
+        outs.append([out, hi.grad, mlp.linear_fc1.weight.grad, mlp.linear_fc2.bias.grad])
+    for i, (a, b) in enumerate(zip(*outs, strict=True)):
+        close(a, b, f"mlp with per_token_scale, tensor {i}")
 
     # RoPE: patched function against upstream's.
     freqs = torch.randn(9, 1, 1, 16)
@@ -124,6 +139,17 @@ def main() -> None:
         outs.append([r, t.grad])
     for i, (a, b) in enumerate(zip(*outs, strict=True)):
         close(a, b, f"rope tensor {i}", 1e-6)
+    # MLA's interleaved RoPE (YaRN's mscale), a rotary part narrower than the head: the pack against upstream
+    reset_fallbacks()
+    outs = []
+    for fn in (rope_utils.apply_rotary_pos_emb, fl_patch.original(rope_utils.__name__ + ".apply_rotary_pos_emb")):
+        t = q.clone().requires_grad_(True)
+        r = fn(t, freqs[..., :8], cfg, mscale=1.3, mla_rotary_interleaved=True)
+        r.backward(torch.randn(9, 2, 4, 24, generator=torch.Generator().manual_seed(5)))
+        outs.append([r, t.grad])
+    for i, (a, b) in enumerate(zip(*outs, strict=True)):
+        close(a, b, f"mla rope tensor {i}", 1e-6)
+    assert not FALLBACKS, FALLBACKS
 
     # Fused QKV RoPE: a SelfAttention upstream built, with fused_single_qkv_rope on (the pack's
     # one-launch function, which megatron refuses to use without TE) and off (the split path).

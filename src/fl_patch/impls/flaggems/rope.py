@@ -9,11 +9,12 @@ training: the kernel here is this project's.
 How: ``rope_utils.apply_rotary_pos_emb`` is replaced (and the names other modules
 bound to it, ``transformer.attention``'s among them). For the bshd layout it calls
 the pack's kernel: t [s, b, h, d] read through its strides, frequencies [s or 1, 1,
-1, rot] in fp32, ``rotary_interleaved`` and ``mscale`` honoured. Upstream rounds
-cos and sin to the input dtype before multiplying; the kernel keeps them in fp32
-(a difference of bf16 rounding). Falls back, saying why once, for: TE's fused path
-(``apply_rope_fusion``), packed sequences (``cu_seqlens``), MLA-style interleaving,
-frequencies per batch or head, frequencies that require grad, other dtypes, input
+1, rot] in fp32, ``rotary_interleaved`` and ``mscale`` honoured; MLA's interleaving
+(``mla_rotary_interleaved``: even channels, then odd ones) is the same copy upstream
+makes, before the kernel. Upstream rounds cos and sin to the input dtype before
+multiplying; the kernel keeps them in fp32 (a difference of bf16 rounding). Falls back,
+saying why once, for: TE's fused path (``apply_rope_fusion``), packed sequences
+(``cu_seqlens``), frequencies per batch or head, frequencies that require grad, other dtypes, input
 not on CUDA. Tensor/context parallelism need nothing here (bshd, per-rank heads).
 
 Upstream reference: megatron-core 0.19.2
@@ -73,15 +74,11 @@ HAVE_FUSED_QKV_ROPE = True
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _reason(
-    t: torch.Tensor, freqs: torch.Tensor, config: TransformerConfig, cu_seqlens: object, mla: bool
-) -> str | None:
+def _reason(t: torch.Tensor, freqs: torch.Tensor, config: TransformerConfig, cu_seqlens: object) -> str | None:
     if config.apply_rope_fusion:
         return "apply_rope_fusion=True (TE's fused RoPE)"
     if cu_seqlens is not None:
         return "packed sequences (cu_seqlens, thd layout)"
-    if mla:
-        return "MLA-style rotary interleaving"
     if t.dim() != 4 or freqs.dim() != 4:
         return f"shapes t {tuple(t.shape)}, freqs {tuple(freqs.shape)} (need [s, b, h, d] and [s, 1, 1, rot])"
     rot = freqs.shape[-1]
@@ -115,10 +112,15 @@ def apply_rotary_pos_emb(
     later = {k: v for k, v in named.items() if k not in known and v not in (None, False)}
     if len(args) > len(known):
         later["positional"] = args[len(known) :]
-    reason = f"{', '.join(later)} not in the kernel" if later else _reason(t, freqs, config, cu_seqlens, bool(mla))
+    reason = f"{', '.join(later)} not in the kernel" if later else _reason(t, freqs, config, cu_seqlens)
     if reason is not None:
         fallback("rope", reason)
         return fl_patch.original(TARGET)(t, freqs, config, *args, **kwargs)
+    if mla:
+        # MLA's interleaving, as upstream's _apply_rotary_pos_emb_bshd does it: the rotated part's even
+        # channels, then its odd ones (one copy, as upstream's), then rotate-half RoPE on the result
+        rot = freqs.shape[-1]
+        t = torch.cat((t[..., 0:rot:2], t[..., 1:rot:2], t[..., rot:]), dim=-1)
     return ops.rotary(t, freqs, float(mscale), bool(config.rotary_interleaved))
 
 
