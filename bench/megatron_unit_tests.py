@@ -43,6 +43,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SUPPORT = Path(__file__).resolve().parent / "support"
@@ -312,6 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compare", type=Path, help="a JSON written at world size 1: its 'on' passes that do not pass here are listed"
     )
+    parser.add_argument(
+        "--stop-after",
+        type=float,
+        default=0.0,
+        help="seconds: a file not started by then is not run (listed under not_run); the JSON is still written",
+    )
     parser.add_argument("--per-test-timeout", type=int, default=120)
     parser.add_argument("--per-file-timeout", type=int, default=600)
     parser.add_argument(
@@ -337,12 +344,20 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"unknown mode {mode!r} (none, off, on)")
 
     runs: dict[str, list[dict[str, object]]] = {}
+    not_run: dict[str, list[str]] = {}
+    started = time.monotonic()
+
+    def run_unless_late(*run_args: Any) -> dict[str, object] | None:
+        if args.stop_after and time.monotonic() - started > args.stop_after:
+            return None  # past --stop-after: not started (recorded as not run, never as a failure)
+        return run_file(*run_args)
+
     for mode in modes:
         print(f"-- mode {mode}: {len(files)} test files", flush=True)
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = [
                 pool.submit(
-                    run_file,
+                    run_unless_late,
                     root,
                     f,
                     mode,
@@ -355,8 +370,11 @@ def main(argv: list[str] | None = None) -> int:
                 for f in files
             ]
             runs[mode] = []
-            for future in futures:
+            for test_file, future in zip(files, futures, strict=True):
                 result = future.result()
+                if result is None:
+                    not_run.setdefault(mode, []).append(test_file.relative_to(root).as_posix())
+                    continue
                 runs[mode].append(result)
                 counts = _counts(result["outcomes"])  # type: ignore[arg-type]
                 print(
@@ -418,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": _version("torch"),
         "subset": list(subset),
         "files": len(files),
+        "not_run": not_run,
         "summary": summary,
         "gained": gained,
         "regressions": regressions,
