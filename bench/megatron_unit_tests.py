@@ -287,10 +287,12 @@ def run_file(
                         details[record["id"]] = (f"rank {rank}: " if nproc > 1 else "") + record["detail"]
             per_rank.append(rank_outcomes)
         outcomes = _merge_ranks(per_rank) if nproc > 1 else per_rank[0]
-        if not outcomes and ended != "exit":
+        # no outcome at all: killed, or pytest (or torchrun) ended before any test ran; exit 5 alone is
+        # pytest's "no tests collected" (every test deselected), which is not an error
+        if not outcomes and (ended != "exit" or proc.returncode not in (0, 5)):
             outcomes[rel] = "error"
             tail = output.decode(errors="replace").strip().splitlines()[-3:]
-            details[rel] = f"{ended}: " + " | ".join(tail)
+            details[rel] = f"{ended} (exit {proc.returncode}), no test ran: " + " | ".join(tail)
     return {
         "file": rel,
         "mode": mode,
