@@ -112,7 +112,7 @@ def main() -> None:
     assert MLP.forward.__module__ == "fl_patch.impls.flaggems.mlp"
     for i, (a, b) in enumerate(zip(*outs, strict=True)):
         close(a, b, f"mlp tensor {i}")
-    # As an MoE expert (SequentialMLP): each token's routing weight, and fc2's bias weighted by it.
+    # As an MoE expert (SequentialMLP): upstream's forward (said once), with fc2's bias weighted by the routing.
     scale = torch.rand(7, 2, generator=torch.Generator().manual_seed(2))
     # an expert's linears communicate nothing (megatron sets this for experts): upstream's in-place bias add
     # would refuse the view a TP=1 RowParallelLinear returns
@@ -126,7 +126,11 @@ def main() -> None:
         out.sum().backward()
         outs.append([out, hi.grad, mlp.linear_fc1.weight.grad, mlp.linear_fc2.bias.grad])
     for i, (a, b) in enumerate(zip(*outs, strict=True)):
-        close(a, b, f"mlp with per_token_scale, tensor {i}")
+        close(a, b, f"mlp with per_token_scale, tensor {i}", 0.0)
+    assert [k for k in FALLBACKS if k[0] == "swiglu"] == [
+        ("swiglu", "per_token_scale (a SequentialMLP expert: torch's ops are faster at an expert's row count)")
+    ], FALLBACKS
+    reset_fallbacks()
 
     # RoPE: patched function against upstream's.
     freqs = torch.randn(9, 1, 1, 16)

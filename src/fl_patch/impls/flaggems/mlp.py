@@ -9,10 +9,10 @@ is ``torch.compile`` (5-20 s of compile per shape) over the same arithmetic.
 How: two patches.
 - ``MLP.forward``: for a SwiGLU MLP (gated linear unit, ``F.silu``, no clamp, no
   linear offset, no TE activation module) it runs fc1, the pack's SwiGLU (which adds
-  fc1's bias when there is one), the routing weight of an MoE expert (``per_token_scale``,
-  SequentialMLP) as upstream applies it, fc2, and returns what upstream returns. Anything
-  else (``bias_activation_fusion=True`` without ``per_token_scale`` included, which reaches
-  the next patch) is upstream's forward.
+  fc1's bias when there is one), fc2, and returns what upstream returns. Anything else
+  (``bias_activation_fusion=True`` included, which reaches the next patch, and a
+  SequentialMLP expert's ``per_token_scale``, where torch's ops were measured faster) is
+  upstream's forward.
 - ``fused_bias_swiglu.bias_swiglu_impl``: the pack's SwiGLU unless FP8 input storage
   or CPU offloading of the input is asked for.
 Each hands uncovered calls to upstream (``fl_patch.original``), saying why once.
@@ -53,6 +53,12 @@ def _mlp_reason(mlp: MLP, hidden_states: torch.Tensor, per_token_scale: object) 
         return "use_te_activation_func (TE's activation module)"
     if not config.gated_linear_unit or mlp.activation_func is not F.silu:
         return "activation is not SwiGLU (gated linear unit with F.silu)"
+    if per_token_scale is not None:
+        # an expert of SequentialMLP: a few hundred rows a call, where the kernel's host cost (about 150 us a
+        # call, forward and backward) exceeds torch's few elementwise ops; measured on an H200 (8 experts top-2,
+        # docs/te_spec.md): the pack's SwiGLU here made the MoE step 0.82x upstream's. TEGroupedMLP's weighted
+        # SwiGLU (one call for all experts, te.py) takes the kernel.
+        return "per_token_scale (a SequentialMLP expert: torch's ops are faster at an expert's row count)"
     if config.activation_func_clamp_value is not None:
         return "activation_func_clamp_value"
     if config.glu_linear_offset != 0:
@@ -68,7 +74,6 @@ def mlp_forward(
     """``MLP.forward`` with the SwiGLU on the pack's kernel (upstream's for everything else)."""
     if self.config.bias_activation_fusion and per_token_scale is None:
         # upstream calls bias_swiglu_impl (patched below) or a GELU fusion: nothing to take here
-        # (with per_token_scale, a SequentialMLP expert, the SwiGLU and the weighting are taken here)
         return fl_patch.original(MLP_FORWARD)(self, hidden_states, per_token_scale, **kwargs)
     reason = _mlp_reason(self, hidden_states, per_token_scale)
     if reason is not None:
@@ -76,17 +81,7 @@ def mlp_forward(
         return fl_patch.original(MLP_FORWARD)(self, hidden_states, per_token_scale, **kwargs)
     intermediate, bias = apply_module(self.linear_fc1)(hidden_states)
     intermediate = ops.swiglu(intermediate, bias)
-    if per_token_scale is None:
-        return apply_module(self.linear_fc2)(intermediate)
-    # an expert of SequentialMLP: the routing weight of each token, applied as upstream applies it
-    intermediate = (intermediate * per_token_scale.unsqueeze(-1)).to(intermediate.dtype)
-    output, output_bias = apply_module(self.linear_fc2)(intermediate)
-    if output_bias is not None:
-        # upstream adds in place; out of place here (same rounding: computed in the wider dtype, cast back),
-        # so an output that is a custom Function's view (a non-expert linear at TP = 1) is not refused
-        output = (output + output_bias.unsqueeze(0) * per_token_scale.unsqueeze(-1)).to(output.dtype)
-        output_bias = None
-    return output, output_bias
+    return apply_module(self.linear_fc2)(intermediate)
 
 
 def bias_swiglu_impl(
