@@ -25,6 +25,9 @@ cross entropy      ``tensor_parallel.cross_entropy.vocab_parallel_cross_entropy`
                    ``fusions.fused_cross_entropy.fused_vocab_parallel_cross_entropy``
 optimizer step     ``optimizer.USING_PYTORCH_OPTIMIZER``, ``optimizer.Adam``,     ``optimizer``
 (no Apex/TE)       ``utils.local_multi_tensor_l2_norm``, ``..._scale``
+TE layer spec      the TE names megatron binds (``cpu/te_registry.py``) and the    ``te``
+(no TE)            TE-compatible modules' ``norm``, ``attention``,
+                   ``grouped_matmul``; ``fused_bias_swiglu.weighted_bias_swiglu_impl``
 =================  ==========================================================  =============
 
 GEMMs stay on cuBLAS through torch: no Triton GEMM (FlagGems' ``mm`` included) was
