@@ -61,8 +61,11 @@ DEPS = (
     # megatron-core's own "dev" extra (einops~=0.8): parallel_state's hierarchical groups and
     # megatron-fsdp raise "einops is not installed" without it (8 test_grad_sync tests at 2 ranks).
     "einops~=0.8",
+    # megatron's datasets compile their C++ helpers at first use (megatron/core/datasets/Makefile runs
+    # `python3 -m pybind11 --includes`): without pybind11 the GPT dataset tests exit with "Failed to compile"
+    "pybind11",
 )
-DEP_MODULES = ("click", "requests", "pytest_mock", "mock", "pytest_timeout", "einops")
+DEP_MODULES = ("click", "requests", "pytest_mock", "mock", "pytest_timeout", "einops", "pybind11")
 
 # The default subset: what megatron-core's training path is made of (parallel state, tensor
 # parallelism, the transformer's local-spec layers, GPT, DDP and its buffers, optimizers and
@@ -188,8 +191,31 @@ def test_files(unit_tests: Path, subset: tuple[str, ...]) -> list[Path]:
     return files
 
 
+def _this_python_first() -> str:
+    """A folder whose ``python3`` and ``python3-config`` are the interpreter running the tests.
+
+    megatron's datasets build their C++ helpers with ``make`` (``python3 -m pybind11 --includes``,
+    ``python3-config --extension-suffix``); on PATH those may be another Python (a pyenv shim reads the
+    checkout's ``.python-version``: Megatron-LM's says 3.12), and the module built is one the tests' Python
+    cannot import."""
+    folder = REPO / ".cache" / "this-python"
+    folder.mkdir(parents=True, exist_ok=True)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    base_bin = Path(sys.base_prefix) / "bin"
+    for name, target in (
+        ("python3", Path(sys.executable)),
+        ("python3-config", base_bin / f"python{version}-config"),
+    ):
+        link = folder / name
+        if target.exists() and (not link.is_symlink() or Path(os.readlink(link)) != target):
+            link.unlink(missing_ok=True)
+            link.symlink_to(target)
+    return str(folder)
+
+
 def _env(root: Path, mode: str, fl_patch_tree: Path, deps_dir: Path = DEPS_DIR) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not (k.startswith("FL_PATCH") or k == "MG_FL_PREFER")}
+    env["PATH"] = os.pathsep.join([_this_python_first(), env.get("PATH", "")])
     package_root = fl_patch_tree / "src" if (fl_patch_tree / "src" / "fl_patch").is_dir() else fl_patch_tree
     paths = [str(fl_patch_tree / "sitecustomize_template"), str(package_root), str(deps_dir), str(SUPPORT), str(root)]
     env["PYTHONPATH"] = os.pathsep.join(paths)
