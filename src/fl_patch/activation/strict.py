@@ -143,7 +143,7 @@ def _stop(message: str) -> None:
     logging = sys.modules.get("logging")
     try:
         if logging is not None:
-            logging.shutdown()  # type: ignore[attr-defined]
+            logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()

@@ -64,7 +64,7 @@ _STATES: dict[int, tuple[ModuleSpec, _State]] = {}  # id(spec) -> (spec, state),
 class _TrackedSpec(ModuleSpec):
     """A spec fl_patch watches for a while; ``_initializing`` is the same instance attribute."""
 
-    @property  # type: ignore[override]
+    @property
     def _initializing(self) -> bool:
         value = bool(self.__dict__.get("_initializing", False))
         if not value:
@@ -97,7 +97,7 @@ def _track(spec: object) -> _State | None:
         if type(spec) is not ModuleSpec:
             return None  # a library's own spec class: not ours to change
         state = _State()
-        _STATES[id(spec)] = (spec, state)  # type: ignore[assignment]
+        _STATES[id(spec)] = (spec, state)
         spec.__class__ = _TrackedSpec
         return state
 
@@ -209,7 +209,7 @@ def _link_chain(loading: list[tuple[str, ModuleSpec]]) -> list[_Link]:
             setattr(parent, child, module)
         except (AttributeError, TypeError):
             continue
-        links.append((parent, child, module, spec))  # type: ignore[arg-type]
+        links.append((parent, child, module, spec))
     return links
 
 

@@ -72,7 +72,7 @@ _METAS: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
 def _own(cls: type, name: str) -> object:
     # Only the stand-in's own entry: a class that subclasses the stand-in later is an
     # ordinary class (its checks are the usual ones).
-    return type.__dict__["__dict__"].__get__(cls).get(name)  # type: ignore[index, attr-defined]
+    return type.__dict__["__dict__"].__get__(cls).get(name)
 
 
 _CHECKING = threading.local()
@@ -188,7 +188,7 @@ def _is_singledispatch(obj: object) -> bool:
 def _wrap_lru(raw: object, impl: object, holder: object, name: str) -> object:
     params = raw.cache_parameters()  # type: ignore[attr-defined]
     # fl_patch's own wrapper (the impl is not touched); its __wrapped__ is the impl, as lru_cache sets.
-    return functools.lru_cache(maxsize=params["maxsize"], typed=params["typed"])(impl)  # type: ignore[arg-type]
+    return functools.lru_cache(maxsize=params["maxsize"], typed=params["typed"])(impl)
 
 
 def _wrap_cached_property(raw: object, impl: object, holder: object, name: str) -> object:

@@ -67,7 +67,7 @@ def wrap_loader(loader: object, observer: ImportObserver) -> Any:  # Any: a prox
     return loader
 
 
-class PatchingLoader(wrapt.BaseObjectProxy):  # type: ignore[misc]
+class PatchingLoader(wrapt.BaseObjectProxy):
     def __init__(self, loader: object, observer: ImportObserver) -> None:
         super().__init__(loader)
         self._self_observer = observer

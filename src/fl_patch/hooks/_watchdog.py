@@ -106,7 +106,7 @@ def _watching_class() -> type:
     # an armed process that never installs must not pay.
     import wrapt
 
-    class WatchingEntryFinder(wrapt.ObjectProxy):  # type: ignore[misc]
+    class WatchingEntryFinder(wrapt.ObjectProxy):
         """A path-entry finder that, at each lookup, checks fl_patch's finder is still in ``sys.meta_path``."""
 
         def __init__(self, entry: object, watchdog: PathHookWatchdog) -> None:

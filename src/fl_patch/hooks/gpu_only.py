@@ -141,7 +141,7 @@ class _Absent:
         if len(args) == 1 and not kwargs and isinstance(args[0], _Absent):
             return _Absent(f"{self._fl_name}({args[0]._fl_name})", caller)  # stacked decorators
         if len(args) == 1 and not kwargs and callable(args[0]) and hasattr(args[0], "__qualname__"):
-            return _Absent(f"{self._fl_name}({args[0].__qualname__})", caller)  # type: ignore[attr-defined]
+            return _Absent(f"{self._fl_name}({args[0].__qualname__})", caller)
         return _Absent(f"{self._fl_name}(...)", caller)
 
     def __mro_entries__(self, bases: tuple[object, ...]) -> tuple[type, ...]:

@@ -30,7 +30,7 @@ __all__ = ["calls_to_original", "forwarding_findings"]
 def _function_of(impl: object) -> Any:
     plain = impl.__func__ if isinstance(impl, (staticmethod, classmethod)) else impl
     plain = plain.fget if isinstance(plain, property) else plain
-    return inspect.unwrap(plain) if callable(plain) else None  # type: ignore[arg-type]
+    return inspect.unwrap(plain) if callable(plain) else None
 
 
 def calls_to_original(tree: ast.AST, target: str, constants: dict[str, object]) -> list[ast.Call]:

@@ -194,7 +194,7 @@ def tensor_to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     device = kwargs.get("device")
     if device is not None and is_cuda_device(device):
         kwargs["device"] = CPU
-    return _TENSOR_TO(self, *args, **kwargs)  # type: ignore[no-any-return]
+    return _TENSOR_TO(self, *args, **kwargs)
 
 
 def _tensor_new(name: str) -> Callable[..., Any]:
@@ -248,7 +248,7 @@ def tensor_record_stream(self: torch.Tensor, stream: Any) -> None:
     """
     if isinstance(stream, Stream):
         return None
-    return _RECORD_STREAM(self, stream)  # type: ignore[no-any-return]
+    return _RECORD_STREAM(self, stream)
 
 
 _DEVICE_CONTEXT_INIT = _unwrapped(torch.utils._device.DeviceContext.__init__)
@@ -551,7 +551,7 @@ def new_subgroups_by_enumeration(*args: Any, **kwargs: Any) -> Any:
 def _init_device_mesh_original() -> Callable[..., Any]:
     import torch.distributed.device_mesh
 
-    return _unwrapped(torch.distributed.device_mesh.init_device_mesh)  # type: ignore[no-any-return]
+    return _unwrapped(torch.distributed.device_mesh.init_device_mesh)
 
 
 def init_device_mesh(device_type: str, *args: Any, **kwargs: Any) -> Any:

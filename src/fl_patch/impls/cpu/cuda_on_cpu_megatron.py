@@ -65,7 +65,7 @@ def get_fa_version() -> Any:
     Drop when: upstream guards the import (as it does for TE).
     """
     if importlib.util.find_spec("flash_attn") is not None:
-        return fl_patch.original(f"{_UTILS}.get_fa_version")()  # type: ignore[operator]
+        return fl_patch.original(f"{_UTILS}.get_fa_version")()
     from packaging.version import Version
 
     return Version("0.0.0")
@@ -90,7 +90,7 @@ def checkpoint_without_output_init(self: Any, fp8: Any = False, *args: Any, **kw
     ``CheckpointWithoutOutput``; main (0.20) adds two parameters.
     Drop when: upstream tests ``fp8`` for truth and guards the TE names.
     """
-    fl_patch.original(f"{_RANDOM}.CheckpointWithoutOutput.__init__")(self, fp8, *args, **kwargs)  # type: ignore[operator]
+    fl_patch.original(f"{_RANDOM}.CheckpointWithoutOutput.__init__")(self, fp8, *args, **kwargs)
     if getattr(sys.modules[_RANDOM], "HAVE_TE", False):
         return
     if fp8 is None or fp8 is False:
@@ -118,7 +118,7 @@ def compile_helpers() -> None:
     Drop when: upstream skips the build when the extension is already there.
     """
     if importlib.util.find_spec(_HELPERS) is None:
-        fl_patch.original(f"{_DATASETS_UTILS}.compile_helpers")()  # type: ignore[operator]
+        fl_patch.original(f"{_DATASETS_UTILS}.compile_helpers")()
 
 
 # --------------------------------------------------------------------------- TE layer specs -> local
@@ -185,7 +185,7 @@ def gpt_layer_with_transformer_engine_submodules(
                 use_te_activation_func=use_te_activation_func,
                 use_grouped_gemm_for_dense_mlp=use_grouped_gemm_for_dense_mlp,
             )
-        return fl_patch.original(f"{_GPT_SPECS}.get_gpt_layer_with_transformer_engine_submodules")(  # type: ignore[operator]
+        return fl_patch.original(f"{_GPT_SPECS}.get_gpt_layer_with_transformer_engine_submodules")(
             num_experts=num_experts,
             moe_grouped_gemm=moe_grouped_gemm,
             qk_layernorm=qk_layernorm,
@@ -239,7 +239,7 @@ def gpt_mlp_module_spec(
     if not _have_te(_GPT_SPECS) and use_te:
         _refuse_te_only("get_mlp_module_spec", use_te_op_fuser=use_te_op_fuser)
         use_te = False
-    return original(  # type: ignore[operator]
+    return original(
         use_te=use_te,
         num_experts=num_experts,
         moe_grouped_gemm=moe_grouped_gemm,
@@ -267,7 +267,7 @@ def gpt_decoder_layer_specs(
     """
     if not _have_te(_GPT_SPECS):
         use_transformer_engine = False
-    return fl_patch.original(f"{_GPT_SPECS}.get_gpt_decoder_layer_specs")(  # type: ignore[operator]
+    return fl_patch.original(f"{_GPT_SPECS}.get_gpt_decoder_layer_specs")(
         config,
         use_transformer_engine,
         normalization=normalization,
@@ -294,7 +294,7 @@ def gpt_mtp_block_spec(
     """
     if not _have_te(_GPT_SPECS):
         use_transformer_engine = False
-    return fl_patch.original(f"{_GPT_SPECS}.get_gpt_mtp_block_spec")(  # type: ignore[operator]
+    return fl_patch.original(f"{_GPT_SPECS}.get_gpt_mtp_block_spec")(
         config, spec, use_transformer_engine, vp_stage=vp_stage, pp_rank=pp_rank
     )
 
@@ -312,7 +312,7 @@ def gpt_moe_module_spec(
     """
     if not _have_te(_MOE_SPECS):
         use_te = False
-    return fl_patch.original(f"{_MOE_SPECS}.get_moe_module_spec")(  # type: ignore[operator]
+    return fl_patch.original(f"{_MOE_SPECS}.get_moe_module_spec")(
         use_te=use_te, num_experts=num_experts, moe_grouped_gemm=moe_grouped_gemm
     )
 
@@ -328,5 +328,5 @@ def bert_layer_with_transformer_engine_submodules() -> Any:
     Drop when: upstream falls back to the local spec itself.
     """
     if _have_te(_BERT_SPECS):
-        return fl_patch.original(f"{_BERT_SPECS}.get_bert_layer_with_transformer_engine_submodules")()  # type: ignore[operator]
+        return fl_patch.original(f"{_BERT_SPECS}.get_bert_layer_with_transformer_engine_submodules")()
     return sys.modules[_BERT_SPECS].bert_layer_local_spec.submodules

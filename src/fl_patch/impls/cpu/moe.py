@@ -38,4 +38,4 @@ def maybe_move_tensor_to_cpu(tensor: Any, as_numpy: bool = False, record_stream:
     """
     if as_numpy and torch.is_tensor(tensor) and tensor.device.type == "cpu":
         return tensor.numpy()
-    return fl_patch.original(_TARGET)(tensor, as_numpy=as_numpy, record_stream=record_stream)  # type: ignore[operator]
+    return fl_patch.original(_TARGET)(tensor, as_numpy=as_numpy, record_stream=record_stream)

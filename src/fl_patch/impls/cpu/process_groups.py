@@ -87,7 +87,7 @@ def destroy_model_parallel() -> None:
     See the module docstring (Why / How / upstream reference / when to drop).
     """
     groups = megatron_groups()
-    fl_patch.original(f"{_PS}.destroy_model_parallel")()  # type: ignore[operator]
+    fl_patch.original(f"{_PS}.destroy_model_parallel")()
     # One call late: a peer may still be finishing its side of a group this rank is done
     # with (the last handshake of a just-created group, the last message of a collective).
     # Closing its sockets then made the peer fail ("Connection closed by peer", measured at

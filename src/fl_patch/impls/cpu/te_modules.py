@@ -183,7 +183,7 @@ class _Norm(torch.nn.Module):
 class TENorm:
     """``megatron.core.extensions.transformer_engine.TENorm``: a LayerNorm or RMSNorm by ``config.normalization``."""
 
-    def __new__(cls, config: Any, hidden_size: int, eps: float = 1e-5, has_residual: bool = False) -> Any:  # type: ignore[misc]
+    def __new__(cls, config: Any, hidden_size: int, eps: float = 1e-5, has_residual: bool = False) -> Any:
         if config.fused_residual_rmsnorm and has_residual:
             _refuse("TENorm", config, fused_residual_rmsnorm=True)
         if config.normalization not in ("LayerNorm", "RMSNorm"):
@@ -205,7 +205,7 @@ class TransformerBlockNorm(WrappedTorchNorm):
 
     # *_args: the torch norm's own positional arguments (persist_layer_norm, zero_centered_gamma, normalization),
     # which TENorm reads from the config as TE does.
-    def __new__(cls, config: Any, hidden_size: int, eps: float = 1e-5, *_args: Any, **_: Any) -> Any:  # type: ignore[misc]
+    def __new__(cls, config: Any, hidden_size: int, eps: float = 1e-5, *_args: Any, **_: Any) -> Any:
         return TENorm(config, hidden_size, eps)
 
 
@@ -279,7 +279,7 @@ class TEColumnParallelLinear(_ExtraState, ColumnParallelLinear):
         if is_expert:
             _no_expert_tp_comm(self)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:  # type: ignore[override]
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         return super().forward(x)
 
     def backward_dw(self) -> None:
@@ -337,7 +337,7 @@ class TELayerNormColumnParallelLinear(TEColumnParallelLinear):
             if param is not None:
                 param.sequence_parallel = config.sequence_parallel  # type: ignore[attr-defined]  # megatron's parameter mark
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:  # type: ignore[override]
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         normed = norm(
             x, self.layer_norm_weight, self.layer_norm_bias, self.norm_eps, self.norm_rms, self.zero_centered_gamma
         )
@@ -380,7 +380,7 @@ class TERowParallelLinear(_ExtraState, RowParallelLinear):
         if is_expert:
             _no_expert_tp_comm(self)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:  # type: ignore[override]
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         return super().forward(x)
 
     def backward_dw(self) -> None:
@@ -654,7 +654,7 @@ class TERowParallelGroupedLinear(_GroupedLinear):
 
 # --------------------------------------------------------------------------- the spec provider
 class _TENormWithResidual:
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # (megatron passes config, hidden_size[, eps]: args never reach has_residual)
         return TENorm(*args, has_residual=True, **kwargs)  # type: ignore[misc]
 

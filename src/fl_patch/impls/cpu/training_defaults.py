@@ -127,7 +127,7 @@ def add_megatron_arguments(parser: argparse.ArgumentParser) -> argparse.Argument
     Upstream reference: megatron-core 0.19.2, ``megatron/training/arguments.py``.
     Drop when: upstream chooses its defaults from the accelerator present.
     """
-    parser = fl_patch.original(_ADD_ARGUMENTS)(parser)  # type: ignore[operator]
+    parser = fl_patch.original(_ADD_ARGUMENTS)(parser)
     argv = sys.argv[1:]
     applied = []
     for default in CPU_DEFAULTS:

@@ -96,7 +96,7 @@ def compile_dependencies() -> None:
     Drop when: upstream skips the build when the extension is already there.
     """
     if importlib.util.find_spec(_HELPERS) is None:
-        fl_patch.original(_COMPILE)()  # type: ignore[operator]
+        fl_patch.original(_COMPILE)()
         return
     torch.distributed.barrier()
 
@@ -120,7 +120,7 @@ def warmup_jit_function(*args: Any, **kwargs: Any) -> None:
     Drop when: upstream draws its warm-up inputs from a private generator.
     """
     with torch.random.fork_rng(devices=[]):
-        fl_patch.original(_WARMUP)(*args, **kwargs)  # type: ignore[operator]
+        fl_patch.original(_WARMUP)(*args, **kwargs)
 
 
 def build_pretraining_data_loader(dataset: Any, consumed_samples: int) -> Any:
@@ -145,7 +145,7 @@ def build_pretraining_data_loader(dataset: Any, consumed_samples: int) -> Any:
     Upstream reference: megatron-core 0.19.2, ``megatron/training/datasets/data_samplers.py``.
     Drop when: upstream passes a generator to its DataLoader.
     """
-    loader = fl_patch.original(_DATA_LOADER)(dataset, consumed_samples)  # type: ignore[operator]
+    loader = fl_patch.original(_DATA_LOADER)(dataset, consumed_samples)
     if isinstance(loader, torch.utils.data.DataLoader) and loader.generator is None:
         from megatron.training import get_args
 
