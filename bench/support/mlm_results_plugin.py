@@ -14,7 +14,22 @@ import json
 import os
 from typing import Any
 
+import pytest
+
 _outcomes: dict[str, str] = {}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp in its own pytest_configure
+def pytest_configure(config: Any) -> None:
+    """Under torchrun, one ``--basetemp`` per rank, side by side.
+
+    Every rank is handed the same ``--basetemp``, and pytest empties that folder when it starts: a rank
+    starting later deletes what an earlier one made there (``FileNotFoundError: .../basetemp/ignored``).
+    Megatron-LM's ``tmp_path_dist_ckpt`` shares checkpoints through the folder *beside* basetemp
+    (``mktemp('ignored').parent.parent / 'tmp_dist_ckpt'``), so a sibling per rank keeps that shared."""
+    basetemp = getattr(config.option, "basetemp", None)
+    if basetemp and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        config.option.basetemp = f"{basetemp}.rank{os.environ.get('RANK', '0')}"
 
 
 def _write(nodeid: str, outcome: str, detail: str = "") -> None:
