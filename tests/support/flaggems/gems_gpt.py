@@ -164,7 +164,16 @@ def main() -> int:
         action="store_true",
         help="a new batch from the Markov chain every step (throughput mode repeats one random batch)",
     )
+    parser.add_argument(
+        "--flaggems-global",
+        action="store_true",
+        help="FlagGems' own global mode (flag_gems.enable(): every aten op it has), for the docs' repro",
+    )
     args = parser.parse_args()
+    if args.flaggems_global:
+        import flag_gems
+
+        flag_gems.enable()
     if args.deterministic:
         from megatron.training.determinism import apply_determinism_env
 
