@@ -339,3 +339,30 @@ def test_deterministic_mode_sources() -> None:
     code_env = "from fl_patch.impls.flaggems import _runtime as r; print(r.deterministic())"
     got = subprocess.run([sys.executable, "-c", code_env], capture_output=True, text=True, check=True, env=env)
     assert got.stdout.strip() == "True"
+
+
+def test_grouped_gemm_is_trusted_only_after_it_matches_the_per_expert_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TE spec's grouped GEMM (te.py) runs torch's grouped kernel only once a small case, forward and backward,
+    equals the per-expert loop on that device and dtype: a kernel that is wrong, or raises, is never trusted."""
+    from fl_patch.impls.flaggems import te
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(te, "_grouped", te._loop)  # a correct "grouped" kernel
+    assert te._check_grouped(torch.float32, cpu) is None
+
+    def wrong(x: torch.Tensor, weights: list[torch.Tensor], splits: list[int]) -> torch.Tensor:
+        return te._loop(x, weights[::-1], splits)  # experts' weights swapped
+
+    monkeypatch.setattr(te, "_grouped", wrong)
+    reason = te._check_grouped(torch.float32, cpu)
+    assert reason is not None and reason.startswith("torch._grouped_mm differs from the per-expert loop"), reason
+
+    def raising(x: torch.Tensor, weights: list[torch.Tensor], splits: list[int]) -> torch.Tensor:
+        raise RuntimeError("grouped gemm is not supported here\nmore")
+
+    monkeypatch.setattr(te, "_grouped", raising)
+    reason = te._check_grouped(torch.float32, cpu)
+    assert reason == "torch._grouped_mm failed on cpu torch.float32: grouped gemm is not supported here", reason
+    # CPU tensors never reach it: the reason is said, and the loop runs
+    x = torch.randn(6, 8)
+    assert te._grouped_reason(x, [torch.randn(8, 8)] * 2) == "input on cpu (the grouped GEMM needs CUDA)"
