@@ -5,7 +5,8 @@
 # JSON is merged into $OUT/te_moe.json, with one summary line per run on stdout. Run as
 # bench/gpu_session.sh says (wheels in .whl).
 #   dense: the 0.85B GPT (16 layers, hidden 2048, GQA 16/4, SwiGLU 5632, seq 2048, micro-batch 4), 30 steps,
-#          the pack's local spec and TE spec alternated twice (their run-to-run spread is ~10%)
+#          the pack's local spec and TE spec alternated twice (their run-to-run spread is ~10%), then once
+#          each with the garbage collector frozen (--manual-gc)
 #   moe:   8 layers, hidden 2048, 8 experts top-2 (alltoall), expert SwiGLU 1408, seq 2048, micro-batch 2:
 #          upstream's local spec (SequentialMLP), the pack's local spec, the pack's TE spec with grouped
 #          experts, and the same with the pack's four TE targets disabled (TE modules' plain torch maths)
@@ -26,7 +27,9 @@ moe=(--layers 8 --experts 8 --topk 2 --moe-ffn 1408 --mbs 2)
 for what in ${TE_MOE_RUNS:-dense moe mla}; do
   case $what in
     dense)
-      for i in 1 2; do run dense_pack_local_$i $P -- --steps 30; run dense_pack_te_$i $P -- --spec te --steps 30; done ;;
+      for i in 1 2; do run dense_pack_local_$i $P -- --steps 30; run dense_pack_te_$i $P -- --spec te --steps 30; done
+      # the same pair with the garbage collector frozen (the TE spec's module tree has more Python objects)
+      run dense_pack_local_gc $P -- --steps 30 --manual-gc; run dense_pack_te_gc $P -- --spec te --steps 30 --manual-gc ;;
     moe)
       run moe_upstream_local $U -- "${moe[@]}"
       run moe_pack_local $P -- "${moe[@]}"

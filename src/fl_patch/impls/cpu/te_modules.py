@@ -87,6 +87,7 @@ __all__ = [
     "attention",
     "grouped_matmul",
     "norm",
+    "per_expert_matmul",
 ]
 
 warn_if_unverified()
@@ -150,6 +151,12 @@ def attention(
 
 def grouped_matmul(x: torch.Tensor, weights: list[torch.Tensor], splits: list[int]) -> torch.Tensor:
     """``x`` split by rows into ``splits``, each part times ``weights[i].T``, concatenated (TE's grouped GEMM)."""
+    return per_expert_matmul(x, weights, splits)
+
+
+def per_expert_matmul(x: torch.Tensor, weights: list[torch.Tensor], splits: list[int]) -> torch.Tensor:
+    """One GEMM per expert: :func:`grouped_matmul`'s maths under a name no pack replaces (a pack's grouped
+    kernel checks itself against it)."""
     parts = torch.split(x, splits)
     return torch.cat([part @ weight.t() for part, weight in zip(parts, weights, strict=True)])
 

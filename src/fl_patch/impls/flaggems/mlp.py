@@ -54,10 +54,12 @@ def _mlp_reason(mlp: MLP, hidden_states: torch.Tensor, per_token_scale: object) 
     if not config.gated_linear_unit or mlp.activation_func is not F.silu:
         return "activation is not SwiGLU (gated linear unit with F.silu)"
     if per_token_scale is not None:
-        # an expert of SequentialMLP: a few hundred rows a call, where the kernel's host cost (about 150 us a
-        # call, forward and backward) exceeds torch's few elementwise ops; measured on an H200 (8 experts top-2,
-        # docs/te_spec.md): the pack's SwiGLU here made the MoE step 0.82x upstream's. TEGroupedMLP's weighted
-        # SwiGLU (one call for all experts, te.py) takes the kernel.
+        # an expert of SequentialMLP: a few hundred rows a call, where the kernel's host cost (136 + 164 us of
+        # CPU a call, forward and backward, in an H200 profile: docs/gpu_runs_h200/session8_te_moe/
+        # prof_moe_local.txt) is more than torch's few elementwise ops. The step did not measurably change
+        # either way (0.82x upstream with the kernel here, 0.84x without, in separate calls: the MoE step is
+        # host-bound on its per-expert GEMMs). TEGroupedMLP's weighted SwiGLU (one call for all experts,
+        # te.py) takes the kernel.
         return "per_token_scale (a SequentialMLP expert: torch's ops are faster at an expert's row count)"
     if config.activation_func_clamp_value is not None:
         return "activation_func_clamp_value"

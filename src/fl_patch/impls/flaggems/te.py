@@ -37,6 +37,7 @@ registered and these functions are never reached.
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import torch
@@ -139,13 +140,17 @@ _grouped_lock = threading.Lock()
 
 
 def _loop(x: torch.Tensor, weights: list[torch.Tensor], splits: list[int]) -> torch.Tensor:
-    parts = torch.split(x, splits)
-    return torch.cat([part @ weight.t() for part, weight in zip(parts, weights, strict=True)])
+    """The per-expert reference (``te_modules.per_expert_matmul``), imported when the self-check runs: this module
+    also serves a megatron target (the weighted SwiGLU) that can load before the TE modules and their imports."""
+    from fl_patch.impls.cpu.te_modules import per_expert_matmul
+
+    return per_expert_matmul(x, weights, splits)
 
 
 def _grouped(x: torch.Tensor, weights: list[torch.Tensor], splits: list[int]) -> torch.Tensor:
     stacked = torch.stack(weights).transpose(-2, -1)  # [experts, in, out]: the [out, in] weights, transposed
-    offsets = torch.tensor(splits, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(x.device, non_blocking=True)
+    # the groups' end rows, summed on the host (the splits are host integers): one small copy, no extra kernel
+    offsets = torch.tensor(list(itertools.accumulate(splits)), dtype=torch.int32, device=x.device)
     return torch._grouped_mm(x, stacked, offs=offsets)
 
 
