@@ -338,6 +338,49 @@ def check_fp32_optimizer_step() -> None:
     assert all(not torch.equal(b, p) for b, p in zip(before, ddp.module.parameters(), strict=True))
 
 
+def _optimizer_with_lr(name: str, lr: float | None) -> tuple[object, object]:
+    """A tiny model and megatron's optimizer for it; ``lr=None`` is OptimizerConfig's default."""
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+    ddp = tiny_ddp(tiny_gpt())
+    config = OptimizerConfig(optimizer=name, params_dtype=torch.float32)
+    assert config.lr is None, "OptimizerConfig's default learning rate is no longer None"
+    config.lr = lr
+    return ddp, get_megatron_optimizer(config, [ddp])
+
+
+def _check_learning_rate_set_later(name: str) -> None:
+    """lr=None builds (as with TE/Apex); a step before any lr names the cause; once the
+    groups' lr is set (a scheduler's job), training is exactly that of lr given up front."""
+    ddp, optimizer = _optimizer_with_lr(name, None)
+    with pytest.raises(ValueError, match="param group 0 has no learning rate"):
+        optimizer.step()
+    for group in optimizer.param_groups:
+        group["lr"] = 1e-2
+    given, given_optimizer = _optimizer_with_lr(name, 1e-2)
+    for model, opt in ((ddp, optimizer), (given, given_optimizer)):
+        for _ in range(2):
+            model.zero_grad_buffer()
+            opt.zero_grad()
+            lm_loss(model, tiny_batch()).backward()
+            model.finish_grad_sync()
+            assert opt.step()[0]
+    for later, up_front in zip(ddp.module.parameters(), given.module.parameters(), strict=True):
+        torch.testing.assert_close(later, up_front, rtol=0, atol=0)
+    fresh = tiny_gpt()
+    assert any(not torch.equal(p, q) for p, q in zip(ddp.module.parameters(), fresh.parameters(), strict=True)), (
+        "the optimizer did not change the parameters"
+    )
+
+
+def check_adam_learning_rate_set_later() -> None:
+    _check_learning_rate_set_later("adam")
+
+
+def check_sgd_learning_rate_set_later() -> None:
+    _check_learning_rate_set_later("sgd")
+
+
 def check_float16_optimizer_main_params() -> None:
     """bf16 parameters get fp32 main copies equal to them, as on a GPU."""
     ddp = tiny_ddp(tiny_gpt(torch.bfloat16))
@@ -582,6 +625,20 @@ CASES = [
         "distrib_optimizer.py",
         RuntimeError,
         "a view of a leaf Variable that requires grad",
+    ),
+    Case(
+        "optimizer.torch",
+        check_adam_learning_rate_set_later,
+        "optimizer/__init__.py",
+        TypeError,  # torch's Adam: 0.0 <= lr
+        "not supported between instances of 'float' and 'NoneType'",
+    ),
+    Case(
+        "optimizer.SGD",
+        check_sgd_learning_rate_set_later,
+        "optimizer/__init__.py",
+        TypeError,  # torch's SGD: lr < 0.0
+        "not supported between instances of 'NoneType' and 'float'",
     ),
     Case("optimizer.clip_grads.torch", check_clip_grad_by_total_norm, "clip_grads.py", AssertionError, "CUDA"),
     Case(

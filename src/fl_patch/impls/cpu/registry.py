@@ -46,6 +46,7 @@ for module, view in (
     ("distributed.param_and_grad_buffer", "PARAM_AND_GRAD_BUFFER"),
     ("models.common.embeddings.rotary_pos_embedding", "ROTARY_POS_EMBEDDING"),
     ("models.common.embeddings.yarn_rotary_pos_embedding", "YARN_ROTARY_POS_EMBEDDING"),
+    ("optimizer", "OPTIMIZER_PACKAGE"),
     ("optimizer.optimizer", "OPTIMIZER"),
     ("optimizer.distrib_optimizer", "DISTRIB_OPTIMIZER"),
     ("optimizer.clip_grads", "CLIP_GRADS"),
@@ -86,6 +87,14 @@ register(
 register(
     target="megatron.core.optimizer.grad_scaler.DynamicGradScaler.load_state_dict",
     impl=f"{_PACK}.optimizer.dynamic_grad_scaler_load_state_dict",
+    vendor=CPU,
+)
+
+# -- torch's optimizers where megatron expects TE's/Apex's: OptimizerConfig.lr=None (the default,
+#    the scheduler sets it) must be accepted (torch_optimizers.py; Adam/AdamW via the view above).
+register(
+    target="megatron.core.optimizer.SGD",
+    impl=f"{_PACK}.torch_optimizers.SGD",
     vendor=CPU,
 )
 

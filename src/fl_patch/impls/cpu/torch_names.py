@@ -15,6 +15,7 @@ enabled``, except where noted. Line numbers are those of megatron-core 0.19.2.
 
 from __future__ import annotations
 
+from .torch_optimizers import OPTIM
 from .torch_view import CpuTorchView
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "FILESYSTEM_ASYNC",
     "GRAD_SCALER",
     "OPTIMIZER",
+    "OPTIMIZER_PACKAGE",
     "PARAM_AND_GRAD_BUFFER",
     "ROTARY_POS_EMBEDDING",
     "SCHEDULES",
@@ -220,3 +222,20 @@ STATE_DICT_SAVER = _view(
     Drop when: upstream allocates on the process group's device.
     """
 )
+
+OPTIMIZER_PACKAGE = _view(
+    """Patch for ``megatron.core.optimizer.torch`` (the package's ``__init__``).
+
+    Why: without Transformer Engine and Apex, ``_get_megatron_optimizer_based_on_param_groups``
+    builds ``torch.optim.AdamW`` / ``torch.optim.Adam`` with ``lr=config.lr``
+    (``__init__.py`` line 557), and ``OptimizerConfig.lr`` defaults to ``None`` (the
+    scheduler sets it). torch's refuse ``None`` in ``__init__`` with a bare ``TypeError``;
+    TE's and Apex's fused optimizers, which upstream expects, accept it.
+    How: this view's ``torch.optim`` is ``torch_optimizers.OPTIM``: its Adam/AdamW/SGD
+    accept ``lr=None`` until a scheduler sets it and say so if ``step()`` comes first;
+    every other name, and the CUDA mapping, as in the other views.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/optimizer/__init__.py``.
+    Drop when: upstream gives torch's optimizers a concrete learning rate.
+    """
+)
+OPTIMIZER_PACKAGE.optim = OPTIM
