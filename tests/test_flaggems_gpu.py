@@ -491,6 +491,20 @@ def test_mla_with_moe_on_the_pack_trains(run_python, tmp_path) -> None:
     ], run["fallbacks"]
 
 
+def test_megatrons_full_iteration_cuda_graph_replays_the_packs_kernels(run_python, tmp_path) -> None:
+    """megatron-core's FullCudaGraphWrapper (forward+backward captured at step 4, replayed after) with the pack's
+    kernels, deterministic mode, a new batch every step: the replayed run trains as the eager run of the same
+    model and data; both stay on the pack's kernels (no fallback)."""
+    pack = {"MG_FL_PREFER": "flaggems"}
+    eager = _curve(run_python, tmp_path, "eager", pack, "--deterministic")
+    graph = _curve(run_python, tmp_path, "graph", pack, "--deterministic", "--cuda-graph")
+    assert graph["cuda_graph"] and not eager["cuda_graph"]
+    assert graph["fallbacks"] == [] and eager["fallbacks"] == [], (graph["fallbacks"], eager["fallbacks"])
+    worst = max(abs(a - b) / b for a, b in zip(graph["losses"], eager["losses"], strict=True))
+    print(f"cuda graph vs eager: largest relative loss difference over 150 steps {worst:.3e}")
+    _windows_agree(graph["losses"], eager["losses"], 0.005, 0.002)
+
+
 # ---------------------------------------------------------------------------------- last: slowest to compile
 def _has_flag_gems() -> bool:
     try:

@@ -169,6 +169,12 @@ def main() -> int:
         action="store_true",
         help="FlagGems' own global mode (flag_gems.enable(): every aten op it has), for the docs' repro",
     )
+    parser.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="megatron-core's full-iteration CUDA graph (FullCudaGraphWrapper, Megatron-LM's "
+        "--cuda-graph-impl full_iteration): forward+backward captured after 3 warm-up steps, replayed after",
+    )
     args = parser.parse_args()
     if args.flaggems_global:
         import flag_gems
@@ -192,6 +198,16 @@ def main() -> int:
     steps = args.steps or (300 if curve else 14)
 
     rank = _init_distributed()
+    if args.cuda_graph:
+        # Everything on the stream the graph is captured on, from before the model is built: autograd runs a
+        # leaf's gradient accumulation on the stream current when its AccumulateGrad node was made (megatron's
+        # DDP makes them at construction), and on torch without set_override_stale_capture_stream (2.11) a
+        # backward that waits on the legacy default stream invalidates the capture.
+        from megatron.core.full_cuda_graph import get_shared_capture_stream
+
+        graph_stream = get_shared_capture_stream()
+        graph_stream.wait_stream(torch.cuda.current_stream())
+        torch.cuda.set_stream(graph_stream)
     from megatron.core import parallel_state
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.models.gpt.gpt_layer_specs import (
@@ -207,7 +223,8 @@ def main() -> int:
 
     parallel_state.initialize_model_parallel(args.tp, 1)
     torch.manual_seed(1234)
-    model_parallel_cuda_manual_seed(1234)
+    # a CUDA graph replays RNG only from generators registered with it: megatron's graph-safe tracker
+    model_parallel_cuda_manual_seed(1234, use_cudagraphable_rng=args.cuda_graph)
     dtype = torch.float32 if args.fp32 else torch.bfloat16
     moe: dict[str, object] = {}
     if args.experts:
@@ -270,8 +287,13 @@ def main() -> int:
     batches = _markov_batches(vocab, mbs, seq, 7, "cuda", steps) if fresh else _random_batches(vocab, mbs, seq, "cuda")
     positions = torch.arange(seq, device="cuda").expand(mbs, -1)
 
+    if args.cuda_graph:  # megatron's graph wrapper copies each batch into static buffers: it wants dicts
+        batches = ({"tokens": tokens} for tokens in batches)
+
     def step_fn(iterator, m):
         tokens = next(iterator)
+        if isinstance(tokens, dict):
+            tokens = tokens["tokens"]
         out = m(tokens[:, :-1], positions, None, labels=tokens[:, 1:])
 
         def loss_fn(o):
@@ -281,6 +303,10 @@ def main() -> int:
         return out, loss_fn
 
     forward_backward = get_forward_backward_func()
+    if args.cuda_graph:
+        from megatron.core.full_cuda_graph import FullCudaGraphWrapper
+
+        forward_backward = FullCudaGraphWrapper(forward_backward, cuda_graph_warmup_steps=3)
     times, losses, grad_norms = [], [], []
     first_step_end = _T0
     profiler = None
@@ -342,6 +368,7 @@ def main() -> int:
         "mbs": mbs,
         "steps": steps,
         "manual_gc": args.manual_gc,
+        "cuda_graph": args.cuda_graph,
         "losses": losses,
         "grad_norms": grad_norms,
         "ffn": ffn,

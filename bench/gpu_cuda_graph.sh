@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue 28 on one H200: micro-batch 1 of the 1.31B stand-in (gems_gpt.py --preset llama131: 25 layers, hidden
+# 2048, GQA 16/8, SwiGLU 5632, seq 4096, bf16, megatron DDP + Adam), eager and under megatron-core's own
+# full-iteration CUDA graph (FullCudaGraphWrapper, --cuda-graph: forward+backward captured at step 4 and
+# replayed after; the optimizer step stays eager), upstream (FL_PATCH=0) and the pack (MG_FL_PREFER=flaggems).
+# 34 steps a run: the median of steps 5-34 (30 steps). The pack with the graph three times (steadiness).
+# Then FlagGems' own global mode (flag_gems.enable()) on upstream megatron-core, the docs' repro.
+# Every run's JSON merges into $OUT/cuda_graph.json; each run's log tail into $OUT/cuda_graph_logs.txt.
+# Run as bench/gpu_session.sh says (wheels in .whl).
+set -u
+OUT=${OUT:-/tmp/gems_out}; RUNS=/tmp/cuda_graph; mkdir -p "$OUT" "$RUNS"
+export PYTHONUNBUFFERED=1 PYTHONWARNINGS="ignore"
+run() {  # run NAME SECONDS ENV... -- FLAGS...
+  local name=$1 limit=$2; shift 2; local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  echo "=== $name $(date +%T)"
+  env "${envs[@]}" timeout "$limit" python3 tests/support/flaggems/gems_gpt.py --mode throughput "$@" \
+    --out "$RUNS/$name.json" > "$RUNS/$name.log" 2>&1
+  local rc=$?
+  { echo "=== $name rc=$rc"; grep -v "Warning\|warn" "$RUNS/$name.log" | tail -25; } >> "$OUT/cuda_graph_logs.txt"
+  [ $rc -eq 0 ] || echo "FAILED $name rc=$rc: $(tail -2 "$RUNS/$name.log")"
+}
+P=MG_FL_PREFER=flaggems; U=FL_PATCH=0
+mb1=(--preset llama131 --mbs 1 --steps 34)
+for what in ${CUDA_GRAPH_RUNS:-mb1 global}; do
+  case $what in
+    mb1)
+      run up_eager 200 $U -- "${mb1[@]}"
+      run pack_eager 200 $P -- "${mb1[@]}"
+      run pack_graph_1 200 $P -- "${mb1[@]}" --cuda-graph
+      run up_graph 200 $U -- "${mb1[@]}" --cuda-graph
+      run pack_graph_2 200 $P -- "${mb1[@]}" --cuda-graph
+      run pack_graph_3 200 $P -- "${mb1[@]}" --cuda-graph ;;
+    global)
+      run gems_global 150 $U -- --layers 2 --steps 3 --flaggems-global ;;
+  esac
+done
+python3 - "$RUNS" "$OUT/cuda_graph.json" <<'PY'
+import glob, json, os, sys
+merged = {}
+for p in sorted(glob.glob(sys.argv[1] + "/*.json")):
+    r = json.load(open(p))
+    name = os.path.basename(p)[:-5]
+    r.pop("flaggems_report", None)
+    merged[name] = r
+    keys = ("step_s_median", "tokens_per_s", "tflops_6N", "mfu_989", "peak_mem_gb", "first_step_s", "fallbacks")
+    print(name, json.dumps({k: r.get(k) for k in keys}), "losses", [round(x, 3) for x in r["losses"][::6]])
+json.dump(merged, open(sys.argv[2], "w"), indent=1)
+PY
