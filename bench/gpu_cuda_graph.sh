@@ -4,6 +4,8 @@
 # full-iteration CUDA graph (FullCudaGraphWrapper, --cuda-graph: forward+backward captured at step 4 and
 # replayed after; the optimizer step stays eager), upstream (FL_PATCH=0) and the pack (MG_FL_PREFER=flaggems).
 # 34 steps a run: the median of steps 5-34 (30 steps). The pack with the graph three times (steadiness).
+# mfu: the 1.31B at micro-batch 2, and a ~2.8B Llama-style model (26 layers, hidden 3072, GQA 24/8, SwiGLU 8192,
+# seq 4096) at micro-batch 1 and 2, eager and with the graph (MFU: 6N plus attention FLOPs over 989 TFLOP/s).
 # Then FlagGems' own global mode (flag_gems.enable()) on upstream megatron-core, the docs' repro.
 # Every run's JSON merges into $OUT/cuda_graph.json; each run's log tail into $OUT/cuda_graph_logs.txt.
 # Run as bench/gpu_session.sh says (wheels in .whl).
@@ -22,6 +24,7 @@ run() {  # run NAME SECONDS ENV... -- FLAGS...
 }
 P=MG_FL_PREFER=flaggems; U=FL_PATCH=0
 mb1=(--preset llama131 --mbs 1 --steps 34)
+b3=(--preset llama131 --layers 26 --hidden 3072 --heads 24 --groups 8 --ffn 8192 --steps 24)
 for what in ${CUDA_GRAPH_RUNS:-mb1 global}; do
   case $what in
     mb1)
@@ -31,6 +34,13 @@ for what in ${CUDA_GRAPH_RUNS:-mb1 global}; do
       run up_graph 200 $U -- "${mb1[@]}" --cuda-graph
       run pack_graph_2 200 $P -- "${mb1[@]}" --cuda-graph
       run pack_graph_3 200 $P -- "${mb1[@]}" --cuda-graph ;;
+    mfu)
+      run l131_mb2_pack_eager 200 $P -- --preset llama131 --mbs 2 --steps 24
+      run l131_mb2_pack_graph 200 $P -- --preset llama131 --mbs 2 --steps 24 --cuda-graph
+      run b3_mb1_up_eager 240 $U -- "${b3[@]}" --mbs 1
+      run b3_mb1_pack_eager 200 $P -- "${b3[@]}" --mbs 1
+      run b3_mb1_pack_graph 200 $P -- "${b3[@]}" --mbs 1 --cuda-graph
+      run b3_mb2_pack_graph 200 $P -- "${b3[@]}" --mbs 2 --cuda-graph ;;
     global)
       run gems_global 150 $U -- --layers 2 --steps 3 --flaggems-global ;;
   esac

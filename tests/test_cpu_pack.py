@@ -743,6 +743,34 @@ def test_paged_stash_stand_in_provides_what_upstream_imports_from_it(megatron_co
         stand_in.paged_stash_copy_kernel[(1,)](torch.zeros(1))
 
 
+def test_adam_state_made_by_megatrons_init_state_fn_saves_and_steps(single_rank: None) -> None:
+    """megatron's init_state_fn (run before a checkpoint of an optimizer that has not stepped) makes Adam
+    state without "step": the distributed optimizer's state_dict and the next step work, and training
+    continues exactly as an optimizer that never had it (the state it made is Adam's zeros)."""
+    with cpu_pack():
+
+        def build() -> tuple[object, object]:
+            ddp = tiny_ddp(tiny_gpt(), distributed_optimizer=True)
+            return ddp, optimizer_for(ddp, torch.float32, distributed=True)
+
+        ddp, optimizer = build()
+        chained = optimizer.chained_optimizers[0]
+        chained.init_state_fn(chained.optimizer, chained.config)
+        assert all("step" not in state for state in chained.optimizer.state.values()), "upstream now sets step"
+        common = optimizer.state_dict()  # upstream: KeyError 'step' (distrib_optimizer.py, state_dict)
+        common = common[0] if 0 in common else common  # a chain of one returns its optimizer's own
+        assert {g["step"] for g in common["optimizer"]["param_groups"]} == {0}
+        plain, plain_optimizer = build()
+        for model, opt in ((ddp, optimizer), (plain, plain_optimizer)):
+            model.zero_grad_buffer()
+            opt.zero_grad()
+            lm_loss(model, tiny_batch()).backward()
+            model.finish_grad_sync()
+            assert opt.step()[0]
+        for ours, theirs in zip(ddp.module.parameters(), plain.module.parameters(), strict=True):
+            torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
 def test_cpu_view_of_torch_forwards_everything_and_maps_only_cuda() -> None:
     from fl_patch.impls.cpu.torch_view import CPU_TORCH, CPU_TORCH_ONE_DEVICE
 

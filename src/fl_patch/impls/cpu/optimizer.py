@@ -19,6 +19,7 @@ clip_grads,grad_scaler}.py``.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -37,6 +38,8 @@ __all__ = [
 ]
 
 warn_if_unverified()
+
+LOG = logging.getLogger("fl_patch.cpu")
 
 _FLOAT16_INIT = "megatron.core.optimizer.optimizer.Float16OptimizerWithFloat16Params.__init__"
 _DISTRIBUTED_INIT = "megatron.core.optimizer.distrib_optimizer.DistributedOptimizer.__init__"
@@ -191,7 +194,11 @@ def distributed_optimizer_state_dict(self: Any) -> dict[str, Any]:
     assertion fails and a distributed-optimizer run cannot resume.
     How: when the torch optimizer has no state yet, upstream runs with a ``step`` of 0 for
     each parameter present for the duration of the call (0 steps taken is the truth), then
-    the state is emptied again; otherwise upstream runs untouched.
+    the state is emptied again; otherwise upstream runs untouched. A torch optimizer with no
+    parameter at all on this rank (MoE experts on other pipeline stages: the expert
+    optimizer is empty; Megatron-LM's ``test_optimizer_common_state_dict`` at 4 ranks) gets
+    the state dict upstream's TE branch writes for it, ``step`` None
+    (:func:`_state_dict_without_parameters`).
     Upstream reference: megatron-core 0.19.2, ``megatron/core/optimizer/distrib_optimizer.py``.
     Drop when: upstream handles an optimizer without state (``len(steps) == 0``).
     """
@@ -200,6 +207,8 @@ def distributed_optimizer_state_dict(self: Any) -> dict[str, Any]:
     if not _uses_torch_optimizer() or len(inner.state) > 0:
         return upstream(self)
     params = _params_of(inner)
+    if not params:
+        return _state_dict_without_parameters(self)
     try:
         for param in params:
             inner.state[param] = {"step": torch.tensor(0.0)}
@@ -207,6 +216,46 @@ def distributed_optimizer_state_dict(self: Any) -> dict[str, Any]:
     finally:
         for param in params:
             inner.state.pop(param, None)
+
+
+def _state_dict_without_parameters(self: Any) -> dict[str, Any]:
+    """Upstream's ``state_dict`` for a torch optimizer that holds no parameter on this rank.
+
+    (An MoE model whose experts are on other pipeline stages gives this rank an empty expert
+    optimizer.) Upstream asserts one step among zero parameters; TE's branch of the same method
+    writes ``step = None`` for such a rank, and so does this: there is no step to record.
+    """
+    inner_state_dict = self.optimizer.state_dict()
+    optimizer = {k: v for k, v in inner_state_dict.items() if k != "state"}
+    for param_group in optimizer["param_groups"]:
+        del param_group["params"]
+        param_group["step"] = None
+    state_dict: dict[str, Any] = {"optimizer": optimizer}
+    if self.grad_scaler:
+        state_dict["grad_scaler"] = self.grad_scaler.state_dict()
+    return state_dict
+
+
+def _fill_missing_steps(self: Any, state_dict: dict[str, Any]) -> dict[str, Any]:
+    """``state_dict`` with a concrete step where a rank without parameters wrote ``None``."""
+    groups = state_dict.get("optimizer", {}).get("param_groups", [])
+    if not any(group.get("step", 0) is None for group in groups):
+        return state_dict
+    known = {float(group["step"]) for group in groups if group.get("step") is not None}
+    if len(known) == 1:
+        step = known.pop()
+    else:
+        current = {float(s["step"]) for s in self.optimizer.state.values() if "step" in s}
+        step = current.pop() if len(current) == 1 else 0.0
+        if _params_of(self.optimizer):
+            LOG.warning(
+                "fl_patch CPU pack: DistributedOptimizer.load_state_dict: the checkpoint has no Adam step for "
+                "this optimizer (it was written by a rank that held none of its parameters, e.g. MoE experts on "
+                "other pipeline stages); continuing from step %s of this optimizer",
+                int(step),
+            )
+    optimizer = {**state_dict["optimizer"], "param_groups": [{**g, "step": step} for g in groups]}
+    return {**state_dict, "optimizer": optimizer}
 
 
 def distributed_optimizer_load_state_dict(self: Any, state_dict: dict[str, Any]) -> None:
@@ -219,10 +268,15 @@ def distributed_optimizer_load_state_dict(self: Any, state_dict: dict[str, Any])
     of parameters per iteration, and Adam's bias correction (which depends on it) is wrong
     from the first resumed step on: the resumed run silently trains differently.
     How: after upstream has loaded everything, each parameter whose ``step`` is shared gets
-    its own copy of the same value.
+    its own copy of the same value. A checkpoint whose param groups carry ``step`` None
+    (written by a rank without parameters, above), which upstream would turn into
+    ``torch.tensor(None)``, loads with the step of its other groups, else this optimizer's
+    own, said in a warning where this optimizer holds parameters (:func:`_fill_missing_steps`).
     Upstream reference: megatron-core 0.19.2, ``megatron/core/optimizer/distrib_optimizer.py``.
     Drop when: upstream gives each parameter its own step tensor.
     """
+    if _uses_torch_optimizer():
+        state_dict = _fill_missing_steps(self, state_dict)
     fl_patch.original(_DISTRIBUTED_LOAD_STATE_DICT)(self, state_dict)
     seen: set[int] = set()
     for state in self.optimizer.state.values():
