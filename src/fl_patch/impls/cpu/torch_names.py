@@ -15,6 +15,8 @@ enabled``, except where noted. Line numbers are those of megatron-core 0.19.2.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .torch_optimizers import OPTIM
 from .torch_view import CpuTorchView
 
@@ -36,8 +38,8 @@ __all__ = [
 ]
 
 
-def _view(doc: str) -> CpuTorchView:
-    view = CpuTorchView()
+def _view(doc: str, **options: Any) -> CpuTorchView:
+    view = CpuTorchView(**options)
     view.__doc__ = doc
     return view
 
@@ -236,6 +238,6 @@ OPTIMIZER_PACKAGE = _view(
     every other name, and the CUDA mapping, as in the other views.
     Upstream reference: megatron-core 0.19.2, ``megatron/core/optimizer/__init__.py``.
     Drop when: upstream gives torch's optimizers a concrete learning rate.
-    """
+    """,
+    optim=OPTIM,
 )
-OPTIMIZER_PACKAGE.optim = OPTIM

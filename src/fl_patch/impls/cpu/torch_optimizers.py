@@ -89,7 +89,7 @@ def complete_adam_states(optimizer: torch.optim.Optimizer) -> None:
                 state["step"] = torch.zeros((), dtype=torch.float32, device=device)
 
 
-def _late_lr_init(base: type[torch.optim.Optimizer]) -> Callable[..., None]:
+def _late_lr_init(base: Any) -> Callable[..., None]:  # Any: torch types Optimizer.__init__ as (params, defaults)
     def __init__(
         self: torch.optim.Optimizer, params: Iterable[Any], lr: Any = _NOT_GIVEN, *args: Any, **kwargs: Any
     ) -> None:

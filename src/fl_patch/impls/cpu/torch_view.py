@@ -187,9 +187,17 @@ class CudaOnCpu(types.ModuleType):
 class CpuTorchView(types.ModuleType):
     """``torch`` for one megatron module: the real torch, but CUDA lands on the CPU."""
 
-    def __init__(self, *, reports_cuda_device: bool = False, capability: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        reports_cuda_device: bool = False,
+        capability: tuple[int, int] | None = None,
+        optim: types.ModuleType | None = None,
+    ) -> None:
         super().__init__("torch", torch.__doc__)
         self.cuda = CudaOnCpu(reports_device=reports_cuda_device, capability=capability)
+        if optim is not None:  # torch.optim as this module must see it (torch_optimizers.OPTIM)
+            self.optim = optim
         for name in _FACTORIES:
             setattr(self, name, _on_cpu(getattr(torch, name)))
 
