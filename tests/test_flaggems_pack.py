@@ -176,6 +176,42 @@ def test_fused_adam_equals_the_unfused_step(adam_w_mode: bool) -> None:
         torch.testing.assert_close(p, q, rtol=2e-6, atol=2e-7)
 
 
+def test_fused_adam_takes_its_learning_rate_later_and_fills_adams_step() -> None:
+    """OptimizerConfig's default lr=None (the scheduler sets it) builds, as with Apex/TE; a step before any
+    lr names the cause; once set, the steps equal those of lr given up front; state made the way megatron's
+    init_state_fn makes it (no "step") saves and steps."""
+    from fl_patch.impls.flaggems.optimizer import FusedAdam
+
+    torch.manual_seed(0)
+    start = [torch.randn(5, 3), torch.randn(7)]
+    grads = [torch.randn(5, 3), torch.randn(7)]
+
+    def build(lr: float | None) -> tuple[FusedAdam, list[torch.nn.Parameter]]:
+        params = [torch.nn.Parameter(t.clone()) for t in start]
+        return FusedAdam([{"params": params[:1]}, {"params": params[1:]}], lr=lr, weight_decay=0.1), params
+
+    later, later_params = build(None)
+    assert [g["lr"] for g in later.param_groups] == [None, None]
+    for p, g in zip(later_params, grads, strict=True):
+        p.grad = g.clone()
+    with pytest.raises(ValueError, match="param group 0 has no learning rate"):
+        later.step()
+    for group in later.param_groups:
+        group["lr"] = 1e-2
+    for p in later_params:  # megatron's init_state_fn: the moments, no step
+        later.state[p]["exp_avg"] = torch.zeros_like(p)
+        later.state[p]["exp_avg_sq"] = torch.zeros_like(p)
+    assert {float(s["step"]) for s in later.state_dict()["state"].values()} == {0.0}
+    given, given_params = build(1e-2)
+    for p, g in zip(given_params, grads, strict=True):
+        p.grad = g.clone()
+    for _ in range(2):
+        later.step()
+        given.step()
+    for ours, theirs in zip(later_params, given_params, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
 def test_fused_adam_keeps_its_weight_decay_mode_through_a_checkpoint() -> None:
     from fl_patch.impls.flaggems.optimizer import FusedAdam
 

@@ -49,7 +49,16 @@ import torch
 
 from ._compat import warn_if_unverified
 
-__all__ = ["OPTIM", "SGD", "Adam", "AdamW", "complete_adam_states", "require_learning_rates"]
+__all__ = [
+    "OPTIM",
+    "SGD",
+    "Adam",
+    "AdamW",
+    "complete_adam_states",
+    "groups_without_lr",
+    "leave_lr_unset",
+    "require_learning_rates",
+]
 
 warn_if_unverified()
 
@@ -57,12 +66,20 @@ _PLACEHOLDER = 0.0  # only for torch's own check in __init__; replaced by None b
 _NOT_GIVEN: Any = object()  # no lr argument at all: torch's own default applies
 
 
-def _groups_without_lr(params: Any) -> tuple[list[Any], list[bool]]:
+def groups_without_lr(params: Any) -> tuple[list[Any], list[bool]]:
     """The params as a list (a generator is read once), and for each group whether it lacks ``lr``."""
     listed = list(params)
     if listed and isinstance(listed[0], dict):
         return listed, ["lr" not in group for group in listed]
     return listed, [True]
+
+
+def leave_lr_unset(optimizer: torch.optim.Optimizer, lacks_lr: list[bool]) -> None:
+    """After torch's ``__init__`` ran with a placeholder lr: ``None`` again where no lr was given."""
+    optimizer.defaults["lr"] = None
+    for group, lacks in zip(optimizer.param_groups, lacks_lr, strict=True):
+        if lacks:
+            group["lr"] = None
 
 
 def require_learning_rates(optimizer: torch.optim.Optimizer) -> None:
@@ -99,12 +116,9 @@ def _late_lr_init(base: Any) -> Callable[..., None]:  # Any: torch types Optimiz
         if lr is not None:
             base.__init__(self, params, lr, *args, **kwargs)
             return
-        listed, lacks_lr = _groups_without_lr(params)
+        listed, lacks_lr = groups_without_lr(params)
         base.__init__(self, listed, _PLACEHOLDER, *args, **kwargs)
-        self.defaults["lr"] = None
-        for group, lacks in zip(self.param_groups, lacks_lr, strict=True):
-            if lacks:
-                group["lr"] = None
+        leave_lr_unset(self, lacks_lr)
 
     __init__.__qualname__ = f"{base.__name__}.__init__"
     return __init__

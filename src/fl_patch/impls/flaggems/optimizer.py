@@ -21,7 +21,10 @@ How: four patches, each a drop-in for what Apex/TE would have supplied.
   torch's ``fused=True`` kernel (one launch per parameter group and dtype) when every
   parameter is a floating tensor on a device torch has the fused kernel for;
   otherwise torch's default (said once). It is still a ``torch.optim.AdamW``, so the
-  distributed optimizer's checks and its torch-format checkpoints are unchanged.
+  distributed optimizer's checks and its torch-format checkpoints are unchanged. Like
+  Apex/TE's it takes ``lr=None`` (``OptimizerConfig``'s default: the scheduler sets it),
+  and it gives Adam's per-parameter ``step`` to state megatron's ``init_state_fn`` made
+  without one (the CPU pack's ``torch_optimizers`` explains both; its helpers are used).
 - ``utils.local_multi_tensor_l2_norm``: ``torch._foreach_norm`` and one norm of the
   norms, on the device, no host synchronisation.
 - ``utils.local_multi_tensor_scale``: ``torch._foreach_copy_`` when ``scale`` is 1 (the
@@ -45,6 +48,13 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+
+from fl_patch.impls.cpu.torch_optimizers import (
+    complete_adam_states,
+    groups_without_lr,
+    leave_lr_unset,
+    require_learning_rates,
+)
 
 from ._runtime import LOG
 
@@ -97,7 +107,7 @@ class FusedAdam(torch.optim.AdamW):
     def __init__(
         self,
         params: Iterable[Any],  # a tensor, or tensors and param groups (as torch.optim takes)
-        lr: float = 1e-3,
+        lr: float | None = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
@@ -119,6 +129,7 @@ class FusedAdam(torch.optim.AdamW):
         if not bias_correction:
             raise ValueError("fl_patch flaggems FusedAdam: bias_correction=False is not supported by torch's Adam")
         params = list(params) if not isinstance(params, torch.Tensor) else [params]
+        params, lacks_lr = groups_without_lr(params)
         reason = fused_possible(_all_params(params))
         if reason is not None:
             _say_once(f"Adam runs torch's default (foreach) kernels: {reason}")
@@ -126,9 +137,22 @@ class FusedAdam(torch.optim.AdamW):
         self._adam_w_mode = adam_w_mode
         # torch.optim.Adam's constructor, with the weight-decay mode asked for (AdamW's always decouples)
         torch.optim.Adam.__init__(
-            self, params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-            capturable=capturable, fused=use_fused or None, decoupled_weight_decay=adam_w_mode,
+            self, params, lr=0.0 if lr is None else lr, betas=betas, eps=eps, weight_decay=weight_decay,
+            amsgrad=amsgrad, capturable=capturable, fused=use_fused or None, decoupled_weight_decay=adam_w_mode,
         )  # fmt: skip
+        if lr is None:  # OptimizerConfig's default: the scheduler sets it, as Apex/TE's FusedAdam allow
+            leave_lr_unset(self, lacks_lr)
+
+    def step(self, closure: Any = None) -> Any:
+        """torch's step, after a clear error if a group has no lr yet and Adam's step where init_state_fn left none."""
+        require_learning_rates(self)
+        complete_adam_states(self)
+        return super().step(closure)
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch's state dict, with Adam's step where megatron's init_state_fn left none."""
+        complete_adam_states(self)
+        return super().state_dict()
 
     def __setstate__(self, state: dict) -> None:
         # AdamW's __setstate__ (also run by load_state_dict) forces decoupled weight decay; keep the mode chosen
