@@ -45,15 +45,4 @@ for what in ${CUDA_GRAPH_RUNS:-mb1 global}; do
       run gems_global 150 $U -- --layers 2 --steps 3 --flaggems-global ;;
   esac
 done
-python3 - "$RUNS" "$OUT/cuda_graph.json" <<'PY'
-import glob, json, os, sys
-merged = {}
-for p in sorted(glob.glob(sys.argv[1] + "/*.json")):
-    r = json.load(open(p))
-    name = os.path.basename(p)[:-5]
-    r.pop("flaggems_report", None)
-    merged[name] = r
-    keys = ("step_s_median", "tokens_per_s", "tflops_6N", "mfu_989", "peak_mem_gb", "first_step_s", "fallbacks")
-    print(name, json.dumps({k: r.get(k) for k in keys}), "losses", [round(x, 3) for x in r["losses"][::6]])
-json.dump(merged, open(sys.argv[2], "w"), indent=1)
-PY
+python3 bench/support/merge_gems_runs.py "$RUNS" "$OUT/cuda_graph.json" --loss-every 6

@@ -39,15 +39,4 @@ for what in ${TE_MOE_RUNS:-dense moe mla}; do
       run mla_pack_te_grouped $P -- "${moe[@]}" --spec te --grouped-gemm --bias-act-fusion --mla ;;
   esac
 done
-python3 - "$RUNS" "$OUT/te_moe.json" <<'PY'
-import glob, json, os, sys
-merged = {}
-for p in sorted(glob.glob(sys.argv[1] + "/*.json")):
-    r = json.load(open(p))
-    name = os.path.basename(p)[:-5]
-    r.pop("flaggems_report", None)
-    merged[name] = r
-    keys = ("step_s_median", "tokens_per_s", "tflops_6N", "mfu_989", "peak_mem_gb", "active_params", "fallbacks")
-    print(name, json.dumps({k: r.get(k) for k in keys}), "losses", [round(x, 3) for x in r["losses"][::4]])
-json.dump(merged, open(sys.argv[2], "w"), indent=1)
-PY
+python3 bench/support/merge_gems_runs.py "$RUNS" "$OUT/te_moe.json" --loss-every 4

@@ -184,6 +184,15 @@ def lm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Ten
     return losses.float().mean()
 
 
+def train_step(ddp: object, optimizer: object) -> None:
+    """One megatron training step on the tiny batch: zero, forward+backward, grad sync, optimizer step."""
+    ddp.zero_grad_buffer()
+    optimizer.zero_grad()
+    lm_loss(ddp, tiny_batch()).backward()
+    ddp.finish_grad_sync()
+    assert optimizer.step()[0]
+
+
 def optimizer_for(model: object, dtype: torch.dtype, *, distributed: bool = False) -> object:
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
@@ -359,12 +368,8 @@ def _check_learning_rate_set_later(name: str) -> None:
         group["lr"] = 1e-2
     given, given_optimizer = _optimizer_with_lr(name, 1e-2)
     for model, opt in ((ddp, optimizer), (given, given_optimizer)):
-        for _ in range(2):
-            model.zero_grad_buffer()
-            opt.zero_grad()
-            lm_loss(model, tiny_batch()).backward()
-            model.finish_grad_sync()
-            assert opt.step()[0]
+        train_step(model, opt)
+        train_step(model, opt)
     for later, up_front in zip(ddp.module.parameters(), given.module.parameters(), strict=True):
         torch.testing.assert_close(later, up_front, rtol=0, atol=0)
     fresh = tiny_gpt()
@@ -444,16 +449,9 @@ def check_distributed_optimizer_resumes_exactly(tmp_path_factory: pytest.TempPat
         ddp = tiny_ddp(tiny_gpt(), distributed_optimizer=True)
         return ddp, optimizer_for(ddp, torch.float32, distributed=True)
 
-    def step(ddp: object, optimizer: object) -> None:
-        ddp.zero_grad_buffer()
-        optimizer.zero_grad()
-        lm_loss(ddp, tiny_batch()).backward()
-        ddp.finish_grad_sync()
-        assert optimizer.step()[0]
-
     ddp, optimizer = build()
-    step(ddp, optimizer)
-    step(ddp, optimizer)
+    train_step(ddp, optimizer)
+    train_step(ddp, optimizer)
     model_state = ddp.module.sharded_state_dict()
     state = {"model": model_state, "optimizer": optimizer.sharded_state_dict(model_state, metadata=metadata)}
     dist_checkpointing.save(state, str(where))
@@ -472,8 +470,8 @@ def check_distributed_optimizer_resumes_exactly(tmp_path_factory: pytest.TempPat
     steps = [state["step"] for state in inner.state.values()]
     assert len({id(s) for s in steps}) == len(steps), "parameters share one Adam step counter"
     assert {float(s) for s in steps} == {2.0}, "Adam's step count was not restored"
-    step(ddp, optimizer)
-    step(fresh, fresh_optimizer)
+    train_step(ddp, optimizer)
+    train_step(fresh, fresh_optimizer)
     for original, resumed in zip(ddp.module.parameters(), fresh.module.parameters(), strict=True):
         assert torch.equal(original, resumed), "the resumed optimizer does not continue the original run"
 
@@ -761,12 +759,8 @@ def test_adam_state_made_by_megatrons_init_state_fn_saves_and_steps(single_rank:
         common = common[0] if 0 in common else common  # a chain of one returns its optimizer's own
         assert {g["step"] for g in common["optimizer"]["param_groups"]} == {0}
         plain, plain_optimizer = build()
-        for model, opt in ((ddp, optimizer), (plain, plain_optimizer)):
-            model.zero_grad_buffer()
-            opt.zero_grad()
-            lm_loss(model, tiny_batch()).backward()
-            model.finish_grad_sync()
-            assert opt.step()[0]
+        train_step(ddp, optimizer)
+        train_step(plain, plain_optimizer)
         for ours, theirs in zip(ddp.module.parameters(), plain.module.parameters(), strict=True):
             torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
 
