@@ -6,6 +6,9 @@
 # 34 steps a run: the median of steps 5-34 (30 steps). The pack with the graph three times (steadiness).
 # mfu: the 1.31B at micro-batch 2, and a ~2.8B Llama-style model (26 layers, hidden 3072, GQA 24/8, SwiGLU 8192,
 # seq 4096) at micro-batch 1 and 2, eager and with the graph (MFU: 6N plus attention FLOPs over 989 TFLOP/s).
+# ga: the same models at the batch sizes training runs use, gradient accumulation (--microbatches: several
+# micro-batches a step, one optimizer step), 1.31B at 8 sequences a step (mb 1 x 8, 2 x 4, 4 x 2), 2.81B at 2 x 4.
+# MFU counts FLOPs as Megatron-LM's num_floating_point_operations does (no FLOPs for the input embedding lookup).
 # Then FlagGems' own global mode (flag_gems.enable()) on upstream megatron-core, the docs' repro.
 # Every run's JSON merges into $OUT/cuda_graph.json; each run's log tail into $OUT/cuda_graph_logs.txt.
 # Run as bench/gpu_session.sh says (wheels in .whl).
@@ -41,6 +44,13 @@ for what in ${CUDA_GRAPH_RUNS:-mb1 global}; do
       run b3_mb1_pack_eager 200 $P -- "${b3[@]}" --mbs 1
       run b3_mb1_pack_graph 200 $P -- "${b3[@]}" --mbs 1 --cuda-graph
       run b3_mb2_pack_graph 200 $P -- "${b3[@]}" --mbs 2 --cuda-graph ;;
+    ga)
+      run l131_mb2x4_pack_graph 200 $P -- --preset llama131 --mbs 2 --microbatches 4 --steps 16 --cuda-graph
+      run l131_mb2x4_pack_eager 200 $P -- --preset llama131 --mbs 2 --microbatches 4 --steps 16
+      run l131_mb4x2_pack_graph 200 $P -- --preset llama131 --mbs 4 --microbatches 2 --steps 16 --cuda-graph
+      run l131_mb1x8_pack_graph 200 $P -- --preset llama131 --mbs 1 --microbatches 8 --steps 16 --cuda-graph
+      run b3_mb2x4_pack_graph 240 $P -- "${b3[@]}" --mbs 2 --microbatches 4 --steps 14 --cuda-graph
+      run l131_mb2x4_up_eager 200 $U -- --preset llama131 --mbs 2 --microbatches 4 --steps 10 ;;
     global)
       run gems_global 150 $U -- --layers 2 --steps 3 --flaggems-global ;;
   esac

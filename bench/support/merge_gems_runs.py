@@ -17,6 +17,8 @@ import os
 
 SUMMARY = (
     "step_s_median",
+    "microbatches",
+    "optimizer_step_ms_median",
     "tokens_per_s",
     "tflops_6N",
     "mfu_989",

@@ -116,6 +116,12 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=None)
     parser.add_argument("--seq", type=int, default=None)
     parser.add_argument("--mbs", type=int, default=None)
+    parser.add_argument(
+        "--microbatches",
+        type=int,
+        default=1,
+        help="micro-batches a step (gradient accumulation: global batch = mbs x this, one optimizer step)",
+    )
     parser.add_argument("--preset", choices=("gpt085", "llama131"), default="gpt085")
     parser.add_argument(
         "--tp", type=int, default=1, help="tensor-parallel size (run under torchrun with as many ranks)"
@@ -274,6 +280,12 @@ def main() -> int:
     # FLOPs follow the parameters a token meets: an MoE token meets topk of the experts
     expert_params = sum(p.numel() for name, p in model.named_parameters() if ".experts." in name)
     n_active = n_params - expert_params + (expert_params * args.topk // args.experts if args.experts else 0)
+    # the input embedding is a lookup (no FLOPs) unless its weight is also the output layer's
+    embedding_params = (
+        0
+        if model.share_embeddings_and_output_weights
+        else sum(p.numel() for name, p in model.named_parameters() if "word_embeddings" in name)
+    )
     if not args.fp32:
         model = Float16Module(cfg, model)
     model = DistributedDataParallel(
@@ -284,7 +296,12 @@ def main() -> int:
         OptimizerConfig(optimizer="adam", lr=lr, bf16=not args.fp32, params_dtype=dtype, clip_grad=1.0), [model]
     )
     fresh = curve or args.fresh_data
-    batches = _markov_batches(vocab, mbs, seq, 7, "cuda", steps) if fresh else _random_batches(vocab, mbs, seq, "cuda")
+    n_micro = args.microbatches
+    batches = (
+        _markov_batches(vocab, mbs, seq, 7, "cuda", steps * n_micro)
+        if fresh
+        else _random_batches(vocab, mbs, seq, "cuda")
+    )
     positions = torch.arange(seq, device="cuda").expand(mbs, -1)
 
     if args.cuda_graph:  # megatron's graph wrapper copies each batch into static buffers: it wants dicts
@@ -308,6 +325,10 @@ def main() -> int:
 
         forward_backward = FullCudaGraphWrapper(forward_backward, cuda_graph_warmup_steps=3)
     times, losses, grad_norms = [], [], []
+    # the optimizer step's GPU time, by events (no extra host sync inside the step)
+    optimizer_events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(steps)
+    ]
     first_step_end = _T0
     profiler = None
     if args.manual_gc:
@@ -330,18 +351,27 @@ def main() -> int:
         model.zero_grad_buffer()
         optimizer.zero_grad()
         result = forward_backward(
-            forward_step_func=step_fn, data_iterator=batches, model=model, num_microbatches=1, seq_length=seq,
+            forward_step_func=step_fn, data_iterator=batches, model=model, num_microbatches=n_micro, seq_length=seq,
             micro_batch_size=mbs, decoder_seq_length=seq, forward_only=False,
         )  # fmt: skip
+        optimizer_events[step][0].record()
         _, grad_norm, _ = optimizer.step()
+        optimizer_events[step][1].record()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         if len(times) == 1:
             first_step_end = time.perf_counter()
-        losses.append(result[0]["lm loss"].item())
+        losses.append(sum(r["lm loss"].item() for r in result) / len(result))
         grad_norms.append(float(grad_norm))
     steady = sorted(t for i, t in enumerate(times) if i >= 4 and not (args.profile and i in (6, 7)))
     median = steady[len(steady) // 2] if steady else float("nan")
+    optimizer_ms = sorted(b.elapsed_time(e) for i, (b, e) in enumerate(optimizer_events) if i >= 4)
+    tokens_per_step = mbs * n_micro * seq
+    # Model FLOPs per token as Megatron-LM's num_floating_point_operations counts them: 6 per weight a token
+    # multiplies by (the input embedding is a lookup, no FLOPs, unless it is also the output layer), plus the
+    # causal attention matmuls (scores and context: forward 4*s*d per layer and token, halved by the causal
+    # mask, backward twice the forward).
+    flops_per_token = 6 * (n_active - embedding_params) + 6 * layers * heads * (hidden // heads) * seq
     from fl_patch.impls.flaggems._runtime import fallback_summary
 
     inner = optimizer.chained_optimizers[0] if hasattr(optimizer, "chained_optimizers") else optimizer
@@ -386,13 +416,16 @@ def main() -> int:
         "fresh_data": fresh,
         "step_times_s": times,
         "step_s_median": median,
-        "tokens_per_s": mbs * seq / median,
+        "microbatches": n_micro,
+        "tokens_per_step": tokens_per_step,
+        "tokens_per_s": tokens_per_step / median,
         "active_params": n_active,
-        "tflops_6N": 6 * n_active * mbs * seq / median / 1e12,
-        # model FLOPs with attention: 6N per token plus the score and context matmuls,
-        # forward 4*s*d per head and token (halved: causal), backward twice that
-        "tflops_model": (6 * n_active + 6 * layers * heads * (hidden // heads) * seq) * mbs * seq / median / 1e12,
-        "mfu_989": (6 * n_active + 6 * layers * heads * (hidden // heads) * seq) * mbs * seq / median / 989e12,
+        "embedding_params": embedding_params,
+        "optimizer_step_ms_median": optimizer_ms[len(optimizer_ms) // 2] if optimizer_ms else None,
+        "tflops_6N": 6 * n_active * tokens_per_step / median / 1e12,
+        "flops_per_token": flops_per_token,
+        "tflops_model": flops_per_token * tokens_per_step / median / 1e12,
+        "mfu_989": flops_per_token * tokens_per_step / median / 989e12,
         "peak_mem_gb": torch.cuda.max_memory_allocated() / 1e9,
         "torch_optimizer": f"{type(inner.optimizer).__module__}.{type(inner.optimizer).__name__}",
         "optimizer_fused": [bool(g.get("fused")) for g in inner.optimizer.param_groups],
