@@ -126,11 +126,19 @@ def main() -> None:
     out["te_trains"] = te_losses[-1] < te_losses[0]
 
     # 3. Checkpoints: TE -> TE (a fresh model with other weights), local -> TE and TE -> local, as megatron allows.
+    # As megatron's own dist_checkpointing tests load: only _extra_state may differ between checkpoint and model,
+    # and the loaded state dict then goes through a *strict* load_state_dict (TE's core attention drops its own
+    # missing _extra_state; a strict=False here once hid that ours did not).
     def roundtrip(src, dst):
+        from megatron.core.dist_checkpointing.validation import StrictHandling
+
         with tempfile.TemporaryDirectory() as d:
             dist_checkpointing.save(src.sharded_state_dict(), d)
-            state = dist_checkpointing.load(dst.sharded_state_dict(), d)
-            dst.load_state_dict(state, strict=False)
+            state, missing, unexpected = dist_checkpointing.load(
+                dst.sharded_state_dict(), d, strict=StrictHandling.RETURN_ALL
+            )
+            assert all("_extra_state" in k for k in [*missing, *unexpected]), (missing, unexpected)
+            dst.load_state_dict(state)
         return loss_of(src).item() == loss_of(dst).item()
 
     out["ckpt_te_to_te"] = roundtrip(

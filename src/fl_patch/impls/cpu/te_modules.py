@@ -536,6 +536,26 @@ class TEDotProductAttention(_ExtraState, MegatronModule):
         # As TE's wrapper: nothing of the core attention is checkpointed unless the softmax offset is learnable.
         return {}
 
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        # The dist checkpoint holds no core-attention state (sharded_state_dict above), so the state dict megatron
+        # loads from one lacks this module's _extra_state; TE's DotProductAttention drops that key from the
+        # missing ones, and a strict load_state_dict of a TE-spec model must pass here as it does with TE.
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        own_key = prefix + torch.nn.modules.module._EXTRA_STATE_KEY_SUFFIX
+        if own_key not in state_dict and own_key in missing_keys:
+            missing_keys.remove(own_key)
+
 
 # --------------------------------------------------------------------------- grouped linears (MoE)
 class _GroupedLinear(_ExtraState, torch.nn.Module):
@@ -642,6 +662,26 @@ class _GroupedLinear(_ExtraState, torch.nn.Module):
         for entry in sharded.values():
             entry.replica_id = (*entry.replica_id[:2], expt_dp_rank)
         return sharded
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        # A dist checkpoint carries one _extra_state per expert (_extra_state1.. beside _extra_state, the keys above);
+        # the module has one. megatron's TE grouped linear merges them into it at load; each must be empty here.
+        for i in range(1, self.num_gemms):
+            key = f"{prefix}_extra_state{i}"
+            if key in state_dict:
+                self.set_extra_state(state_dict.pop(key))
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
     def backward_dw(self) -> None:
         """TE's delayed weight-gradient hook: nothing is delayed here."""
