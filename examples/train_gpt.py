@@ -114,6 +114,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     arch.add_argument("--experts", type=int, default=0, help="MoE: experts per layer (top-2, alltoall); 0: dense")
     arch.add_argument("--grouped-gemm", action="store_true", help="MoE: one grouped GEMM for all local experts")
+    arch.add_argument(
+        "--moe-fusion", action="store_true", help="MoE: fused token permutation and router (TE's, without TE here)"
+    )
     arch.add_argument("--mla", action="store_true", help="multi-latent attention (q/kv LoRA ranks, YaRN RoPE)")
     par = p.add_argument_group("parallelism (data parallel size = world size / tp / ep for experts)")
     par.add_argument("--tp", type=int, default=1, help="tensor model parallel size")
@@ -167,6 +170,8 @@ def build_model(args: argparse.Namespace, device: torch.device) -> tuple[Distrib
             moe_ffn_hidden_size=4 * args.hidden_size,
             moe_grouped_gemm=args.grouped_gemm,
             moe_aux_loss_coeff=1e-2,
+            moe_permute_fusion=args.moe_fusion,
+            moe_router_fusion=args.moe_fusion,
             expert_model_parallel_size=args.ep,
         )
     if args.mla:

@@ -28,7 +28,14 @@ import importlib.util
 
 from fl_patch import register
 
-__all__ = ["TE_ALIAS_TARGETS", "TE_CLASS_NAMES", "TE_NAME_TARGETS", "register_te_spec", "te_installed"]
+__all__ = [
+    "TE_ALIAS_TARGETS",
+    "TE_CLASS_NAMES",
+    "TE_MOE_FUSIONS",
+    "TE_NAME_TARGETS",
+    "register_te_spec",
+    "te_installed",
+]
 
 _MOD = "fl_patch.impls.cpu.te_modules"
 _MC = "megatron.core"
@@ -70,6 +77,21 @@ TE_ALIAS_TARGETS: tuple[tuple[str, str], ...] = (
 """``(megatron.core submodule.name, te_modules class)``: names that are TE classes under another name."""
 
 
+TE_MOE_FUSIONS: tuple[str, ...] = (
+    "HAVE_TE",  # in moe_utils it only guards the fused functions' branches (tests/test_moe_fusions.py checks)
+    "fused_permute",
+    "fused_permute_with_probs",
+    "fused_unpermute",
+    "fused_sort_chunks_by_index",
+    "fused_sort_chunks_by_index_with_probs",
+    "fused_topk_with_score_function",
+    "fused_compute_score_for_moe_aux_loss",
+    "fused_moe_aux_loss",
+)
+"""TE's fused MoE functions ``transformer.moe.moe_utils`` binds to None without TE, served by ``moe_fusions``
+(``--moe-permute-fusion``, ``--moe-router-fusion``)."""
+
+
 def te_installed() -> bool:
     """Whether ``transformer_engine`` can be imported here (found, not imported)."""
     return importlib.util.find_spec("transformer_engine") is not None
@@ -86,3 +108,10 @@ def register_te_spec(vendor: str = "cpu") -> None:
             register(target=f"{_MC}.{module}.{name}", impl=f"{_MOD}.{name}", vendor=vendor, create=True)
     for target, name in TE_ALIAS_TARGETS:
         register(target=f"{_MC}.{target}", impl=f"{_MOD}.{name}", vendor=vendor)
+    for name in TE_MOE_FUSIONS:
+        register(
+            target=f"{_MC}.transformer.moe.moe_utils.{name}",
+            impl=f"fl_patch.impls.cpu.moe_fusions.{name}",
+            vendor=vendor,
+            create=True,
+        )
