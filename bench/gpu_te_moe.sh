@@ -12,6 +12,10 @@
 #          experts, and the same with the pack's four TE targets disabled (TE modules' plain torch maths)
 #   mla:   the moe model with multi-latent attention (q/kv LoRA 1024, YaRN), TE spec only (upstream's
 #          local spec cannot build MLA, and TE is not on the machine)
+#   moe_fusion: the moe model, TE spec, grouped experts on the pack, with and without --moe-fusion
+#          (moe_permute_fusion + moe_router_fusion: the pack's permute/unpermute kernels), alternated twice,
+#          the garbage collector frozen; and 64 experts top-8 (DeepSeek-like routing, expert SwiGLU 256) the same
+#          two ways
 set -u
 OUT=${OUT:-/tmp/gems_out}; RUNS=/tmp/te_moe; mkdir -p "$OUT" "$RUNS"
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS="ignore"
@@ -37,6 +41,15 @@ for what in ${TE_MOE_RUNS:-dense moe mla}; do
       run moe_pack_te_grouped_plain $P "$TE_OFF" -- "${moe[@]}" --spec te --grouped-gemm --bias-act-fusion ;;
     mla)
       run mla_pack_te_grouped $P -- "${moe[@]}" --spec te --grouped-gemm --bias-act-fusion --mla ;;
+    moe_fusion)
+      g=(--spec te --grouped-gemm --bias-act-fusion --manual-gc --steps 30)
+      for i in 1 2; do
+        run moe_pack_te_grouped_unfused_$i $P -- "${moe[@]}" "${g[@]}"
+        run moe_pack_te_grouped_fused_$i $P -- "${moe[@]}" "${g[@]}" --moe-fusion
+      done
+      e64=(--layers 8 --experts 64 --topk 8 --moe-ffn 256 --mbs 2)
+      run moe64_pack_te_grouped_unfused $P -- "${e64[@]}" "${g[@]}"
+      run moe64_pack_te_grouped_fused $P -- "${e64[@]}" "${g[@]}" --moe-fusion ;;
   esac
 done
 python3 bench/support/merge_gems_runs.py "$RUNS" "$OUT/te_moe.json" --loss-every 4

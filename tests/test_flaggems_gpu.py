@@ -477,6 +477,17 @@ def test_moe_te_grouped_on_the_pack_trains_as_the_same_modules_in_torch(run_pyth
     _windows_agree(pack["losses"], plain["losses"], 0.02, 0.01)
 
 
+def test_moe_permute_fusion_on_the_packs_kernels_trains_as_without(run_python, tmp_path) -> None:
+    """``moe_permute_fusion`` and ``moe_router_fusion`` (TE's fused functions, served without TE): the tokens move
+    on the pack's permute/unpermute kernels, nothing falls back, and the curve is the unfused run's."""
+    moe = ("--experts", "4", "--topk", "2", "--moe-ffn", "704", "--spec", "te", "--grouped-gemm", "--bias-act-fusion")
+    fused = _curve(run_python, tmp_path, "fused", {"MG_FL_PREFER": "flaggems"}, *moe, "--moe-fusion")
+    plain = _curve(run_python, tmp_path, "plain", {"MG_FL_PREFER": "flaggems"}, *moe)
+    assert fused["moe_fusion"] and not plain["moe_fusion"]
+    assert fused["fallbacks"] == [], fused["fallbacks"]
+    _windows_agree(fused["losses"], plain["losses"], 0.01, 0.005)
+
+
 def test_mla_with_moe_on_the_pack_trains(run_python, tmp_path) -> None:
     """Multi-latent attention (q/kv LoRA, YaRN) with grouped MoE experts on the pack: it learns; its core attention
     (v's head size differs from q's and k's) goes to SDPA, said; nothing else leaves the pack's kernels (MLA's

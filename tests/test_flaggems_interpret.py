@@ -39,8 +39,11 @@ def test_every_kernel_forward_and_backward_against_torch_autograd(run_python) ->
     cases, summary = _results(proc.stdout)
     assert proc.returncode == 0 and not _failures(cases), _failures(cases) or proc.stderr[-3000:]
     ops = {c["id"].split("[")[0] for c in cases}
-    assert ops == {"rms_norm", "layer_norm", "swiglu", "rope", "qkv_rope", "attention", "softmax", "cross_entropy"}
-    assert summary == {"cases": len(cases), "failed": 0} and len(cases) == 36
+    assert ops == {
+        "rms_norm", "layer_norm", "swiglu", "rope", "qkv_rope", "attention", "softmax", "cross_entropy",
+        "moe_permute", "moe_unpermute",
+    }  # fmt: skip
+    assert summary == {"cases": len(cases), "failed": 0} and len(cases) == 46
 
 
 @pytest.mark.parametrize(
@@ -306,3 +309,24 @@ def test_an_unseen_shape_borrows_the_nearest_measured_pick_instead_of_tuning(run
         "key": [4096, 2600, True, "torch.bfloat16", "torch.float32"], "borrowed": True, "again": False,
         "pick": True, "no_form": False, "other_cached": False, "saved": [2048, 2560, 8192], "not_a_tuner": None,
     }  # fmt: skip
+
+
+def test_moe_permutation_kernels_inside_real_megatron_core(run_python) -> None:
+    """--moe-permute-fusion under MG_FL_PREFER=flaggems: megatron's fused permute/unpermute move the tokens on the
+    pack's kernels (counted, no fallback) and give megatron's unfused results on generated routings; a MoE GPT
+    trains identically with the fusions on and off. bf16 sums get a bf16 bound here: Triton's interpreter casts
+    fp32 to bf16 by truncation (numpy), the GPU rounds to nearest (the GPU tests hold the kernels to torch's
+    error there)."""
+    env = _env(MG_FL_PREFER="flaggems", PERMUTE_KERNELS="1", MOE_FUSION_CASES="30")
+    proc = run_python("-m", "fl_patch", str(SUPPORT / "moe_fusions" / "probe.py"), str(29990 - os.getpid() % 90),
+                      env=env, check=False, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["calls"]["permute_rows"] > 100 and r["calls"]["unpermute_rows"] > 50, r["calls"]
+    assert not [f for f in r["fallbacks"] if f.startswith("moe_")], r["fallbacks"]
+    for key in ("permute", "permuted_probs", "truncated", "drop_and_pad"):
+        assert r["fp32"][key] == 0.0 and r["bf16"][key] == 0.0, (key, r["fp32"], r["bf16"])
+    for key in ("permute_grad_x", "permute_grad_probs", "unpermute_grad", "unpermute_grad_probs"):
+        assert r["fp32"][key] <= 1e-6 and r["bf16"][key] <= 2**-7, (key, r["fp32"], r["bf16"])
+    assert r["fp32"]["unpermute_excess_error"] <= 1e-7 and r["bf16"]["unpermute_excess_error"] <= 2**-8, r
+    assert all(run["max_diff"] <= 1e-6 for run in r["trained"].values()), r["trained"]

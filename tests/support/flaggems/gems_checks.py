@@ -419,6 +419,34 @@ def check(case: Case, device: str) -> dict[str, object]:
                 (smoothing,),
                 const=frozenset({1}),
             )
+        elif case.op in ("moe_permute", "moe_unpermute"):
+            from fl_patch.impls.cpu import moe_fusions
+
+            tokens, experts, topk, hidden = case.dims
+            scores = torch.rand(tokens, experts, device=device)
+            mask = torch.zeros(tokens, experts, dtype=torch.bool, device=device)
+            mask.scatter_(1, scores.topk(topk, dim=1).indices, True)
+            if ex.get("drop"):  # capacity drops: tokens with fewer rows than topk, some with none
+                mask &= torch.rand(tokens, experts, device=device) >= float(ex["drop"])
+            count = int(mask.sum())
+            row_map = moe_fusions.make_row_id_map(mask, count + int(ex.get("spare_rows", 0)))
+            weights = torch.rand(tokens, experts, device=device) * mask if ex.get("weights") else None
+            if case.op == "moe_permute":
+                num_rows = count + int(ex.get("spare_rows", 0))  # rows past the routed ones stay zero
+                x = _rand((tokens, hidden), dtype, device, layout)
+                names = ["rows", "dx", "dmap (none)", "dweights"]
+                res = _three(
+                    lambda x_, m_, w_, n_: ops.moe_permute_rows(x_, m_, n_, w_),
+                    lambda x_, m_, w_, n_: moe_fusions.permute_rows(x_, m_, n_, w_),
+                    [x, row_map, weights], layout, (num_rows,), const=frozenset({1}),
+                )  # fmt: skip
+            else:
+                rows_in = _rand((count, hidden), dtype, device, layout)
+                names = ["tokens", "drows", "dmap (none)", "dweights"]
+                res = _three(
+                    ops.moe_unpermute_rows, moe_fusions.unpermute_rows, [rows_in, row_map, weights], layout, (),
+                    const=frozenset({1}),
+                )  # fmt: skip
         else:
             raise ValueError(case.op)
     ours, same, ref = res
@@ -492,6 +520,19 @@ def gpu_cases() -> list[Case]:
             Case("cross_entropy", dtype, "contiguous", (301, 1000), {"bad_target": True}),
             Case("cross_entropy", dtype, "sliced", (301, 1000)),
         ]
+    cases += _moe_cases(small=False)
+    return cases
+
+
+def _moe_cases(small: bool) -> list[Case]:
+    """MoE permute/unpermute: top-k routing, weighted or not, dropped tokens, rows no token fills, odd widths."""
+    dims = [(13, 4, 2, 37), (9, 8, 3, 64)] if small else [(4096, 8, 2, 2048), (1000, 64, 6, 1409), (37, 16, 4, 5001)]
+    cases = []
+    for dtype in DTYPES:
+        for op in ("moe_permute", "moe_unpermute"):
+            cases.append(Case(op, dtype, "contiguous", dims[0], {"weights": True}))
+            cases.append(Case(op, dtype, "sliced", dims[1], {"drop": 0.3}))
+        cases.append(Case("moe_permute", dtype, "transposed", dims[-1], {"weights": True, "spare_rows": 3}))
     return cases
 
 
@@ -524,6 +565,7 @@ def interpret_cases() -> list[Case]:
             Case("cross_entropy", dtype, "transposed", (5, 3, 1000), {"smoothing": 0.1}),
             Case("cross_entropy", dtype, "contiguous", (9, 301), {"bad_target": True}),
         ]
+    cases += _moe_cases(small=True)
     cases += [
         Case("qkv_rope", "bf16", "sliced", (5, 2, 3, 2, 16)),
         Case("qkv_rope", "fp32", "transposed", (4, 3, 2, 3, 24), {"rot": 16, "interleaved": True}),

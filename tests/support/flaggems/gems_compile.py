@@ -22,7 +22,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from fl_patch.impls.flaggems.kernels import attention, cross_entropy, norms, rope, softmax, swiglu
+from fl_patch.impls.flaggems.kernels import attention, cross_entropy, moe_permute, norms, rope, softmax, swiglu
 
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -53,6 +53,9 @@ POINTERS = {
     "_rope": {"T": "*bf16", "FREQ": "*fp32", "OUT": "*bf16"},
     "_qkv_rope_fwd": {"MIXED": "*bf16", "QF": "*fp32", "KF": "*fp32", "Q": "*bf16", "K": "*bf16", "V": "*bf16"},
     "_qkv_rope_bwd": {"DQ": "*bf16", "DK": "*bf16", "DV": "*bf16", "QF": "*fp32", "KF": "*fp32", "DMIXED": "*bf16"},
+    "_scatter_rows": {"X": "*bf16", "W": "*fp32", "MAP": "*i32", "OUT": "*bf16"},
+    "_gather_rows": {"X": "*bf16", "W": "*fp32", "MAP": "*i32", "OUT": "*bf16"},
+    "_weight_grad": {"A": "*bf16", "B": "*bf16", "MAP": "*i32", "GW": "*fp32"},
 }  # fmt: skip
 FLOAT_SCALARS = {"qk_scale", "sm_scale", "eps", "mscale", "scale", "smoothing"}
 
@@ -106,6 +109,11 @@ def cases() -> list[tuple]:
         (swiglu._swiglu_fwd, {"HAS_BIAS": True, "BLOCK_M": 1, "BLOCK_F": 8192}, 8),
         (swiglu._swiglu_bwd, {"HAS_BIAS": False, "BLOCK_M": 1, "BLOCK_F": 8192}, 8),
         (swiglu._swiglu_bwd, {"HAS_BIAS": True, "BLOCK_M": 2, "BLOCK_F": 1024}, 4),
+        (moe_permute._scatter_rows, {"HAS_W": False, "BLOCK_H": 4096}, 8),
+        (moe_permute._scatter_rows, {"HAS_W": True, "BLOCK_H": 1024}, 4),
+        (moe_permute._gather_rows, {"HAS_W": False, "BLOCK_H": 4096}, 8),
+        (moe_permute._gather_rows, {"HAS_W": True, "BLOCK_H": 512}, 4),
+        (moe_permute._weight_grad, {"BLOCK_H": 1024}, 4),
     ]
     rope_common = {"BLOCK_BH": 16, "BLOCK_E": 128}
     for backward, interleaved, has_pass in ((False, False, False), (True, True, True), (True, False, True)):

@@ -161,6 +161,11 @@ def main() -> int:
     parser.add_argument("--moe-ffn", type=int, default=None, help="MoE: each expert's SwiGLU width (default: --ffn)")
     parser.add_argument("--grouped-gemm", action="store_true", help="MoE: moe_grouped_gemm (TEGroupedMLP)")
     parser.add_argument(
+        "--moe-fusion",
+        action="store_true",
+        help="MoE: moe_permute_fusion and moe_router_fusion (TE's fused functions; without TE fl_patch's)",
+    )
+    parser.add_argument(
         "--bias-act-fusion",
         action="store_true",
         help="bias_activation_fusion=True (the MoE grouped path's weighted SwiGLU; upstream compiles it)",
@@ -238,6 +243,7 @@ def main() -> int:
             num_moe_experts=args.experts, moe_router_topk=args.topk, moe_token_dispatcher_type="alltoall",
             moe_ffn_hidden_size=args.moe_ffn or ffn, moe_grouped_gemm=args.grouped_gemm,
             moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2,
+            moe_permute_fusion=args.moe_fusion, moe_router_fusion=args.moe_fusion,
         )  # fmt: skip
     if args.mla:
         if args.spec != "te":
@@ -410,6 +416,7 @@ def main() -> int:
         "experts": args.experts,
         "topk": args.topk if args.experts else None,
         "grouped_gemm": args.grouped_gemm,
+        "moe_fusion": args.moe_fusion,
         "bias_act_fusion": args.bias_act_fusion,
         "module_classes": sorted({type(m).__name__ for m in model.modules() if type(m).__name__.startswith("TE")}),
         "deterministic": args.deterministic,

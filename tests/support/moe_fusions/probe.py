@@ -235,6 +235,10 @@ def main() -> None:
             }
     out["trained"] = trained
     out["calls"] = dict(CALLS)
+    if os.environ.get("MG_FL_PREFER") == "flaggems":
+        from fl_patch.impls.flaggems._runtime import FALLBACKS
+
+        out["fallbacks"] = {f"{op}: {why}": n for (op, why), n in FALLBACKS.items()}
     print(json.dumps(out))
 
 

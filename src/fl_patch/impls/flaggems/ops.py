@@ -18,6 +18,8 @@ __all__ = [
     "cross_entropy",
     "flash_attention",
     "layer_norm",
+    "moe_permute_rows",
+    "moe_unpermute_rows",
     "rms_norm",
     "rotary",
     "swiglu",
@@ -116,3 +118,19 @@ def vocab_parallel_cross_entropy(
     from .kernels.cross_entropy import vocab_parallel_cross_entropy as impl
 
     return impl(logits, target, group, rank, world)
+
+
+def moe_permute_rows(
+    x: torch.Tensor, row_id_map: torch.Tensor, num_rows: int, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """MoE tokens [tokens, hidden] copied to their rows (``moe_fusions.make_row_id_map``), times weights if given."""
+    from .kernels.moe_permute import permute_rows as impl
+
+    return impl(x, row_id_map, num_rows, weights)
+
+
+def moe_unpermute_rows(x: torch.Tensor, row_id_map: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Each token the fp32 sum of its rows of ``x`` (times weights if given), deterministic."""
+    from .kernels.moe_permute import unpermute_rows as impl
+
+    return impl(x, row_id_map, weights)
