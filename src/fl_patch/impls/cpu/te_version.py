@@ -39,9 +39,24 @@ STAND_IN_MARK = "__fl_patch_stand_in__"
 _DISTRIBUTIONS = ("transformer-engine", "transformer_engine")
 
 
+_cached: tuple[object, Version | None] | None = None  # (sys.modules' transformer_engine or None, the answer)
+
+
 def installed_te_version() -> Version | None:
-    """The installed Transformer Engine's version, or None (absent, or only a stand-in is importable)."""
+    """The installed Transformer Engine's version, or None (absent, or only a stand-in is importable).
+
+    Cached for the module object under ``sys.modules["transformer_engine"]`` (none, a stand-in, TE): megatron asks on
+    hot paths (``is_te_min_version`` in ``moe_utils.unpermute``, once per MoE layer and step), and reading the
+    distributions' metadata costs about 0.2 ms a call. A module imported later is another object, so the answer
+    follows it; like upstream's own cache, a TE installed into a running process is not seen."""
+    global _cached
     module = sys.modules.get("transformer_engine")
+    if _cached is None or _cached[0] is not module:
+        _cached = (module, _lookup(module))
+    return _cached[1]
+
+
+def _lookup(module: object) -> Version | None:
     if module is not None and getattr(module, STAND_IN_MARK, False):
         return None
     for name in _DISTRIBUTIONS:
