@@ -22,7 +22,7 @@ LAUNCHED_KERNELS = {
     "_attn_fwd", "_attn_bwd_delta", "_attn_bwd_dq", "_attn_bwd_dkdv", "_ce_fwd", "_ce_bwd", "_ce_fwd_partial",
     "_rms_fwd", "_rms_bwd", "_ln_fwd", "_ln_bwd", "_sum_parts", "_softmax_fwd", "_softmax_bwd",
     "_swiglu_fwd", "_swiglu_bwd", "_rope", "_qkv_rope_fwd", "_qkv_rope_bwd",
-    "_scatter_rows", "_gather_rows", "_weight_grad",
+    "_scatter_rows", "_gather_rows", "_weight_grad", "_map_columns", "_map_rows", "_sort_chunks",
 }  # fmt: skip
 
 

@@ -41,9 +41,9 @@ def test_every_kernel_forward_and_backward_against_torch_autograd(run_python) ->
     ops = {c["id"].split("[")[0] for c in cases}
     assert ops == {
         "rms_norm", "layer_norm", "swiglu", "rope", "qkv_rope", "attention", "softmax", "cross_entropy",
-        "moe_permute", "moe_unpermute",
+        "moe_permute", "moe_unpermute", "moe_sort_chunks", "moe_row_map",
     }  # fmt: skip
-    assert summary == {"cases": len(cases), "failed": 0} and len(cases) == 46
+    assert summary == {"cases": len(cases), "failed": 0} and len(cases) == 52
 
 
 @pytest.mark.parametrize(

@@ -419,7 +419,7 @@ def check(case: Case, device: str) -> dict[str, object]:
                 (smoothing,),
                 const=frozenset({1}),
             )
-        elif case.op in ("moe_permute", "moe_unpermute"):
+        elif case.op.startswith("moe_"):
             from fl_patch.impls.cpu import moe_fusions
 
             tokens, experts, topk, hidden = case.dims
@@ -429,24 +429,54 @@ def check(case: Case, device: str) -> dict[str, object]:
             if ex.get("drop"):  # capacity drops: tokens with fewer rows than topk, some with none
                 mask &= torch.rand(tokens, experts, device=device) >= float(ex["drop"])
             count = int(mask.sum())
-            row_map = moe_fusions.make_row_id_map(mask, count + int(ex.get("spare_rows", 0)))
-            weights = torch.rand(tokens, experts, device=device) * mask if ex.get("weights") else None
+            num_rows = count + int(ex.get("spare_rows", 0)) - int(ex.get("truncate", 0))
+            row_map = moe_fusions.make_row_id_map(mask, num_rows)
+            probs = torch.rand(tokens, experts, device=device) * mask if ex.get("probs") else None
+            if case.op == "moe_row_map":  # integers: the kernels' map is the torch form's, entry for entry
+                ours_map = ops.moe_row_id_map(mask, num_rows)
+                same = ours_map.shape == row_map.shape and torch.equal(ours_map, row_map)
+                return {"id": case.id, "problems": [] if same else ["row map differs from the torch form's"],
+                        "errors": {}}  # fmt: skip
             if case.op == "moe_permute":
-                num_rows = count + int(ex.get("spare_rows", 0))  # rows past the routed ones stay zero
                 x = _rand((tokens, hidden), dtype, device, layout)
-                names = ["rows", "dx", "dmap (none)", "dweights"]
-                res = _three(
-                    lambda x_, m_, w_, n_: ops.moe_permute_rows(x_, m_, n_, w_),
-                    lambda x_, m_, w_, n_: moe_fusions.permute_rows(x_, m_, n_, w_),
-                    [x, row_map, weights], layout, (num_rows,), const=frozenset({1}),
-                )  # fmt: skip
-            else:
-                rows_in = _rand((count, hidden), dtype, device, layout)
+                names = ["rows+probs", "dx", "dmap (none)", "dprobs"]
+
+                def permute(fn: Callable) -> Callable:
+                    def run(x_, m_, p_, n_):
+                        out, pp = fn(x_, m_, n_, p_)
+                        return out.float().flatten() if pp is None else torch.cat([out.float().flatten(), pp.float()])
+
+                    return run
+
+                res = _three(permute(ops.moe_permute_rows), permute(moe_fusions.permute_rows), [x, row_map, probs],
+                             "flat", (num_rows,), const=frozenset({1}))  # fmt: skip
+            elif case.op == "moe_unpermute":
+                rows_in = _rand((num_rows, hidden), dtype, device, layout)
+                weights = torch.rand(tokens, experts, device=device) * mask if ex.get("weights") else None
                 names = ["tokens", "drows", "dmap (none)", "dweights"]
                 res = _three(
                     ops.moe_unpermute_rows, moe_fusions.unpermute_rows, [rows_in, row_map, weights], layout, (),
                     const=frozenset({1}),
                 )  # fmt: skip
+            else:  # moe_sort_chunks: ``experts`` chunks of random sizes summing to ``tokens`` rows, shuffled
+                cuts = torch.sort(torch.randint(0, tokens + 1, (experts - 1,), device=device)).values
+                edges = torch.cat([torch.zeros(1, device=device, dtype=torch.long), cuts,
+                                   torch.full((1,), tokens, device=device, dtype=torch.long)])  # fmt: skip
+                sizes = edges[1:] - edges[:-1]
+                order = torch.randperm(experts, device=device)
+                x = _rand((tokens, hidden), dtype, device, layout)
+                row_probs = torch.rand(tokens, device=device) if ex.get("probs") else None
+                names = ["rows+probs", "dx", "dsizes (none)", "dorder (none)", "dprobs"]
+
+                def sort(fn: Callable) -> Callable:
+                    def run(x_, s_, o_, p_):
+                        out, pp = fn(x_, s_, o_, p_)
+                        return out.float().flatten() if pp is None else torch.cat([out.float().flatten(), pp.float()])
+
+                    return run
+
+                res = _three(sort(ops.moe_sort_chunks), sort(moe_fusions.sort_chunks), [x, sizes, order, row_probs],
+                             "flat", (), const=frozenset({1, 2}))  # fmt: skip
         else:
             raise ValueError(case.op)
     ours, same, ref = res
@@ -525,14 +555,24 @@ def gpu_cases() -> list[Case]:
 
 
 def _moe_cases(small: bool) -> list[Case]:
-    """MoE permute/unpermute: top-k routing, weighted or not, dropped tokens, rows no token fills, odd widths."""
+    """MoE permutation: top-k routing with and without probabilities, dropped tokens, rows no token fills, fewer rows
+    than routed, odd widths; the row map entry for entry; chunk regrouping with empty chunks."""
     dims = [(13, 4, 2, 37), (9, 8, 3, 64)] if small else [(4096, 8, 2, 2048), (1000, 64, 6, 1409), (37, 16, 4, 5001)]
     cases = []
     for dtype in DTYPES:
-        for op in ("moe_permute", "moe_unpermute"):
-            cases.append(Case(op, dtype, "contiguous", dims[0], {"weights": True}))
-            cases.append(Case(op, dtype, "sliced", dims[1], {"drop": 0.3}))
-        cases.append(Case("moe_permute", dtype, "transposed", dims[-1], {"weights": True, "spare_rows": 3}))
+        cases += [
+            Case("moe_permute", dtype, "contiguous", dims[0], {"probs": True}),
+            Case("moe_permute", dtype, "sliced", dims[1], {"drop": 0.3}),
+            Case("moe_permute", dtype, "transposed", dims[-1], {"probs": True, "spare_rows": 3}),
+            Case("moe_unpermute", dtype, "contiguous", dims[0], {"weights": True}),
+            Case("moe_unpermute", dtype, "sliced", dims[1], {"drop": 0.3}),
+            Case("moe_sort_chunks", dtype, "contiguous", dims[0], {"probs": True}),
+            Case("moe_sort_chunks", dtype, "sliced", dims[-1]),
+        ]
+    cases += [
+        Case("moe_row_map", "fp32", "contiguous", dims[1], {"drop": 0.3}),
+        Case("moe_row_map", "fp32", "contiguous", dims[-1], {"truncate": 5}),
+    ]
     return cases
 
 

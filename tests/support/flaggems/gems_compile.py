@@ -53,9 +53,12 @@ POINTERS = {
     "_rope": {"T": "*bf16", "FREQ": "*fp32", "OUT": "*bf16"},
     "_qkv_rope_fwd": {"MIXED": "*bf16", "QF": "*fp32", "KF": "*fp32", "Q": "*bf16", "K": "*bf16", "V": "*bf16"},
     "_qkv_rope_bwd": {"DQ": "*bf16", "DK": "*bf16", "DV": "*bf16", "QF": "*fp32", "KF": "*fp32", "DMIXED": "*bf16"},
-    "_scatter_rows": {"X": "*bf16", "W": "*fp32", "MAP": "*i32", "OUT": "*bf16"},
-    "_gather_rows": {"X": "*bf16", "W": "*fp32", "MAP": "*i32", "OUT": "*bf16"},
+    "_scatter_rows": {"X": "*bf16", "W": "*fp32", "PROBS": "*fp32", "PROBS_OUT": "*fp32", "MAP": "*i32", "OUT": "*bf16"},
+    "_gather_rows": {"X": "*bf16", "W": "*fp32", "GRAD_PP": "*fp32", "GRAD_P": "*fp32", "MAP": "*i32", "OUT": "*bf16"},
     "_weight_grad": {"A": "*bf16", "B": "*bf16", "MAP": "*i32", "GW": "*fp32"},
+    "_map_columns": {"MASK": "*u8", "STARTS": "*i64", "DENSE": "*i32"},
+    "_map_rows": {"DENSE": "*i32", "MAP": "*i32"},
+    "_sort_chunks": {"SRC": "*bf16", "DST": "*bf16", "P_SRC": "*fp32", "P_DST": "*fp32", "SIZES": "*i64", "ORDER": "*i64"},
 }  # fmt: skip
 FLOAT_SCALARS = {"qk_scale", "sm_scale", "eps", "mscale", "scale", "smoothing"}
 
@@ -109,11 +112,15 @@ def cases() -> list[tuple]:
         (swiglu._swiglu_fwd, {"HAS_BIAS": True, "BLOCK_M": 1, "BLOCK_F": 8192}, 8),
         (swiglu._swiglu_bwd, {"HAS_BIAS": False, "BLOCK_M": 1, "BLOCK_F": 8192}, 8),
         (swiglu._swiglu_bwd, {"HAS_BIAS": True, "BLOCK_M": 2, "BLOCK_F": 1024}, 4),
-        (moe_permute._scatter_rows, {"HAS_W": False, "BLOCK_H": 4096}, 8),
-        (moe_permute._scatter_rows, {"HAS_W": True, "BLOCK_H": 1024}, 4),
-        (moe_permute._gather_rows, {"HAS_W": False, "BLOCK_H": 4096}, 8),
-        (moe_permute._gather_rows, {"HAS_W": True, "BLOCK_H": 512}, 4),
+        (moe_permute._scatter_rows, {"HAS_W": False, "HAS_PROBS": True, "BLOCK_H": 4096}, 8),
+        (moe_permute._scatter_rows, {"HAS_W": True, "HAS_PROBS": False, "BLOCK_H": 1024}, 4),
+        (moe_permute._gather_rows, {"HAS_W": False, "HAS_PROBS": True, "BLOCK_H": 4096}, 8),
+        (moe_permute._gather_rows, {"HAS_W": True, "HAS_PROBS": False, "BLOCK_H": 512}, 4),
         (moe_permute._weight_grad, {"BLOCK_H": 1024}, 4),
+        (moe_permute._map_columns, {"BLOCK_T": 1024}, 4),
+        (moe_permute._map_rows, {"BLOCK_T": 64, "E_PAD": 64}, 4),
+        (moe_permute._sort_chunks, {"REVERSE": False, "HAS_P": True, "BLOCK_R": 32, "BLOCK_H": 1024, "C_PAD": 256}, 4),
+        (moe_permute._sort_chunks, {"REVERSE": True, "HAS_P": False, "BLOCK_R": 32, "BLOCK_H": 1024, "C_PAD": 8}, 4),
     ]
     rope_common = {"BLOCK_BH": 16, "BLOCK_E": 128}
     for backward, interleaved, has_pass in ((False, False, False), (True, True, True), (True, False, True)):

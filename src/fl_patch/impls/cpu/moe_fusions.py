@@ -45,7 +45,9 @@ import torch
 
 __all__ = [
     "HAVE_TE",
+    "MAKE_ROW_ID_MAP",
     "PERMUTE_ROWS",
+    "SORT_CHUNKS",
     "UNPERMUTE_ROWS",
     "fused_compute_score_for_moe_aux_loss",
     "fused_moe_aux_loss",
@@ -57,15 +59,18 @@ __all__ = [
     "fused_unpermute",
     "make_row_id_map",
     "permute_rows",
+    "sort_chunks",
     "unpermute_rows",
 ]
 
 HAVE_TE = True
 """``moe_utils.HAVE_TE``: in that module it only guards the fused functions below (checked by the tests)."""
 
-PERMUTE_ROWS = "fl_patch.impls.cpu.moe_fusions.permute_rows"
-UNPERMUTE_ROWS = "fl_patch.impls.cpu.moe_fusions.unpermute_rows"
-_MOE_UTILS = "megatron.core.transformer.moe.moe_utils"
+_HERE = "fl_patch.impls.cpu.moe_fusions"
+MAKE_ROW_ID_MAP = f"{_HERE}.make_row_id_map"
+PERMUTE_ROWS = f"{_HERE}.permute_rows"
+UNPERMUTE_ROWS = f"{_HERE}.unpermute_rows"
+SORT_CHUNKS = f"{_HERE}.sort_chunks"
 
 
 # --------------------------------------------------------------------------- the row map
@@ -102,26 +107,18 @@ def _sources(row_id_map: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, tor
     return src_token[:num_rows], src_expert[:num_rows]
 
 
-def _permuted_probs(probs: torch.Tensor, row_id_map: torch.Tensor, num_rows: int) -> torch.Tensor:
-    """``probs[token, expert]`` at each permuted row (0 where no token fills the row); differentiable."""
-    src_token, src_expert = _sources(row_id_map, num_rows)
-    filled = src_token < probs.shape[0]
-    return probs[src_token.clamp(max=probs.shape[0] - 1), src_expert] * filled
-
-
 # --------------------------------------------------------------------------- row movement (the kernels' place)
 def permute_rows(
-    tokens: torch.Tensor, row_id_map: torch.Tensor, num_rows: int, weights: torch.Tensor | None = None
-) -> torch.Tensor:
-    """``[num_rows, hidden]``: each token copied to its rows (times ``weights[token, expert]`` when given); rows no
-    token fills are zero. Differentiable in ``tokens`` and ``weights``."""
+    tokens: torch.Tensor, row_id_map: torch.Tensor, num_rows: int, probs: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``[num_rows, hidden]``: each token copied to its rows (a row no token fills is zero), and with ``probs``
+    ``[tokens, experts]`` each row's ``probs[token, expert]`` (0 for an unfilled row). Differentiable in both."""
     src_token, src_expert = _sources(row_id_map, num_rows)
     padded = torch.cat([tokens, tokens.new_zeros(1, tokens.shape[1])])  # row ``tokens``: the zero an unfilled row gets
     out = padded.index_select(0, src_token)
-    if weights is not None:
-        w = torch.cat([weights, weights.new_zeros(1, weights.shape[1])])[src_token, src_expert]
-        out = (out.float() * w.float().unsqueeze(-1)).to(tokens.dtype)
-    return out
+    if probs is None:
+        return out, None
+    return out, torch.cat([probs, probs.new_zeros(1, probs.shape[1])])[src_token, src_expert]
 
 
 def unpermute_rows(
@@ -137,6 +134,27 @@ def unpermute_rows(
         rows = rows * w.float().unsqueeze(-1)
     out = rows.new_zeros(tokens + 1, permuted.shape[1]).index_add(0, src_token, rows)  # row ``tokens``: unfilled rows
     return out[:tokens].to(permuted.dtype)
+
+
+def sort_chunks(
+    inp: torch.Tensor, split_sizes: Any, sorted_index: Any, probs: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The row chunks of ``split_sizes`` in the order ``sorted_index`` (rows and, with ``probs``, their probabilities
+    alike); the row index is built on the device, without reading the sizes on the host. Differentiable."""
+    source = _chunk_rows(split_sizes, sorted_index, inp.device, inp.shape[0])
+    return inp.index_select(0, source), None if probs is None else probs.index_select(0, source)
+
+
+def _chunk_rows(split_sizes: Any, sorted_index: Any, device: torch.device, total: int) -> torch.Tensor:
+    """For each output row, the input row it comes from, when the chunks of ``split_sizes`` are put in the order
+    ``sorted_index``."""
+    sizes = torch.as_tensor(split_sizes, device=device).long().reshape(-1)
+    order = torch.as_tensor(sorted_index, device=device).long().reshape(-1)
+    starts = torch.cumsum(sizes, 0) - sizes
+    out_sizes = sizes[order]
+    out_starts = torch.cumsum(out_sizes, 0) - out_sizes
+    shift = torch.repeat_interleave(starts[order] - out_starts, out_sizes, output_size=total)
+    return shift + torch.arange(total, device=device)
 
 
 # --------------------------------------------------------------------------- TE's permutation API
@@ -162,7 +180,7 @@ def fused_permute(
     _mask_only(map_type, "fused_permute")
     num_out = _num_out(routing_map, num_out_tokens)
     row_id_map = make_row_id_map(routing_map, num_out)
-    return permute_rows(inp, row_id_map, num_out), row_id_map
+    return permute_rows(inp, row_id_map, num_out)[0], row_id_map
 
 
 def fused_permute_with_probs(
@@ -171,7 +189,8 @@ def fused_permute_with_probs(
     """TE's ``moe_permute_with_probs``: as :func:`fused_permute`, and each row's ``probs[token, expert]``."""
     num_out = _num_out(routing_map, num_out_tokens)
     row_id_map = make_row_id_map(routing_map, num_out)
-    return permute_rows(inp, row_id_map, num_out), _permuted_probs(probs, row_id_map, num_out), row_id_map
+    rows, permuted_probs = permute_rows(inp, row_id_map, num_out, probs)
+    return rows, permuted_probs, row_id_map
 
 
 def fused_unpermute(
@@ -195,29 +214,18 @@ def fused_unpermute(
     return out
 
 
-def _chunk_rows(split_sizes: Any, sorted_index: Any, device: torch.device, total: int) -> torch.Tensor:
-    """For each output row, the input row it comes from, when the chunks of ``split_sizes`` are put in the order
-    ``sorted_index``; built on ``device`` without reading the sizes on the host."""
-    sizes = torch.as_tensor(split_sizes, device=device).long().reshape(-1)
-    order = torch.as_tensor(sorted_index, device=device).long().reshape(-1)
-    starts = torch.cumsum(sizes, 0) - sizes
-    out_sizes = sizes[order]
-    out_starts = torch.cumsum(out_sizes, 0) - out_sizes
-    shift = torch.repeat_interleave(starts[order] - out_starts, out_sizes, output_size=total)
-    return shift + torch.arange(total, device=device)
-
-
 def fused_sort_chunks_by_index(inp: torch.Tensor, split_sizes: Any, sorted_index: Any) -> torch.Tensor:
     """TE's ``moe_sort_chunks_by_index``: the row chunks of ``split_sizes`` in the order ``sorted_index``."""
-    return inp.index_select(0, _chunk_rows(split_sizes, sorted_index, inp.device, inp.shape[0]))
+    return sort_chunks(inp, split_sizes, sorted_index)[0]
 
 
 def fused_sort_chunks_by_index_with_probs(
     inp: torch.Tensor, probs: torch.Tensor, split_sizes: Any, sorted_index: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """TE's ``moe_sort_chunks_by_index_with_probs``: rows and their probabilities sorted alike."""
-    source = _chunk_rows(split_sizes, sorted_index, inp.device, inp.shape[0])
-    return inp.index_select(0, source), probs.index_select(0, source)
+    rows, sorted_probs = sort_chunks(inp, split_sizes, sorted_index, probs)
+    assert sorted_probs is not None
+    return rows, sorted_probs
 
 
 # --------------------------------------------------------------------------- TE's router API: megatron's own maths

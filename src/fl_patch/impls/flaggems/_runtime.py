@@ -55,6 +55,8 @@ BACKENDS: dict[str, tuple[str, ...]] = {
     "cross_entropy": ("triton",),  # FlagGems 5.0.2's: bf16 loss, other semantics off-vocab, crash on strided rows
     "moe_permute": ("triton",),  # --moe-permute-fusion (FlagGems 5.0.2 has no MoE permutation)
     "moe_unpermute": ("triton",),
+    "moe_row_map": ("triton",),
+    "moe_sort_chunks": ("triton",),
 }
 DEFAULT_BACKEND: dict[str, str] = {op: names[0] for op, names in BACKENDS.items()}
 

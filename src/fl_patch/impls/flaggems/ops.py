@@ -19,6 +19,8 @@ __all__ = [
     "flash_attention",
     "layer_norm",
     "moe_permute_rows",
+    "moe_row_id_map",
+    "moe_sort_chunks",
     "moe_unpermute_rows",
     "rms_norm",
     "rotary",
@@ -120,13 +122,20 @@ def vocab_parallel_cross_entropy(
     return impl(logits, target, group, rank, world)
 
 
+def moe_row_id_map(routing_map: torch.Tensor, num_out_tokens: int) -> torch.Tensor:
+    """The MoE row map of ``moe_fusions.make_row_id_map`` (the same integers), built by the pack's kernels."""
+    from .kernels.moe_permute import make_row_id_map as impl
+
+    return impl(routing_map, num_out_tokens)
+
+
 def moe_permute_rows(
-    x: torch.Tensor, row_id_map: torch.Tensor, num_rows: int, weights: torch.Tensor | None = None
-) -> torch.Tensor:
-    """MoE tokens [tokens, hidden] copied to their rows (``moe_fusions.make_row_id_map``), times weights if given."""
+    x: torch.Tensor, row_id_map: torch.Tensor, num_rows: int, probs: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """MoE tokens [tokens, hidden] copied to their rows (and each row's routing probability)."""
     from .kernels.moe_permute import permute_rows as impl
 
-    return impl(x, row_id_map, num_rows, weights)
+    return impl(x, row_id_map, num_rows, probs)
 
 
 def moe_unpermute_rows(x: torch.Tensor, row_id_map: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -134,3 +143,12 @@ def moe_unpermute_rows(x: torch.Tensor, row_id_map: torch.Tensor, weights: torch
     from .kernels.moe_permute import unpermute_rows as impl
 
     return impl(x, row_id_map, weights)
+
+
+def moe_sort_chunks(
+    x: torch.Tensor, sizes: torch.Tensor, order: torch.Tensor, probs: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Row chunks of ``sizes`` put in the order ``order`` (rows and probabilities alike), one launch each way."""
+    from .kernels.moe_permute import sort_chunks as impl
+
+    return impl(x, sizes, order, probs)

@@ -76,8 +76,10 @@ TE_PATCHES: tuple[tuple[str, str], ...] = (
     ("fl_patch.impls.cpu.te_modules.grouped_matmul", f"{_PACK}.te.grouped_matmul"),
     ("megatron.core.fusions.fused_bias_swiglu.weighted_bias_swiglu_impl", f"{_PACK}.te.weighted_bias_swiglu_impl"),
     # --moe-permute-fusion: TE's fused permutation (fl_patch/impls/cpu/moe_fusions.py) moving rows on the kernels
+    ("fl_patch.impls.cpu.moe_fusions.make_row_id_map", f"{_PACK}.moe.make_row_id_map"),
     ("fl_patch.impls.cpu.moe_fusions.permute_rows", f"{_PACK}.moe.permute_rows"),
     ("fl_patch.impls.cpu.moe_fusions.unpermute_rows", f"{_PACK}.moe.unpermute_rows"),
+    ("fl_patch.impls.cpu.moe_fusions.sort_chunks", f"{_PACK}.moe.sort_chunks"),
 )
 TE_SPEC = not te_installed()
 
