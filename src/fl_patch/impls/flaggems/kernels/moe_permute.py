@@ -352,13 +352,15 @@ def _sort(
     chunks = sizes.numel()
     if n and chunks:
         c_pad = max(2, next_power_of_2(chunks))
-        block_r = max(1, min(32, 8192 // c_pad))
-        block_h = min(1024, max(16, next_power_of_2(hidden)))
+        # a tile of about 8K elements (32 a thread at 8 warps): a 32 x 1024 tile spilled registers and made the
+        # regrouping slower than megatron's split + cat at 8 experts (H200, bench/moe_permute.py)
+        block_h = min(2048, max(16, next_power_of_2(hidden)))
+        block_r = max(1, min(16, 8192 // block_h))
         run(
             _sort_chunks, (-(-n // block_r),),
             src, dst, probs if probs is not None else src, p_dst if p_dst is not None else src, sizes, order, n,
             hidden, chunks, src.stride(0), dst.stride(0),
-            REVERSE=reverse, HAS_P=probs is not None, BLOCK_R=block_r, BLOCK_H=block_h, C_PAD=c_pad, num_warps=4,
+            REVERSE=reverse, HAS_P=probs is not None, BLOCK_R=block_r, BLOCK_H=block_h, C_PAD=c_pad, num_warps=8,
         )  # fmt: skip
     return dst, p_dst
 
