@@ -425,6 +425,23 @@ def check_fp16_found_inf_skips_the_step() -> None:
     assert any(not torch.equal(b, p) for b, p in zip(before, ddp.module.parameters(), strict=True))
 
 
+def check_high_priority_stream_groups_build_without_nccl() -> None:
+    """megatron's model-parallel groups with NCCL communicator options (what validate_args asks for ``dp_cp`` with
+    --use-torch-fsdp2) build on a torch without NCCL, and the groups work."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    try:
+        parallel_state.initialize_model_parallel(high_priority_stream_groups=["dp_cp"])
+        ones = torch.ones(3)
+        dist.all_reduce(ones, group=parallel_state.get_data_parallel_group(with_context_parallel=True))
+        assert ones.tolist() == [1.0, 1.0, 1.0]
+    finally:
+        parallel_state.destroy_model_parallel()
+        parallel_state.initialize_model_parallel()
+
+
 def check_distributed_optimizer() -> None:
     """The distributed optimizer builds on CPU tensors and steps."""
     ddp = tiny_ddp(tiny_gpt(torch.bfloat16), distributed_optimizer=True)
@@ -558,6 +575,13 @@ class Case:
 
 
 CASES = [
+    Case(
+        "parallel_state.get_nccl_options",
+        check_high_priority_stream_groups_build_without_nccl,
+        "parallel_state.py",
+        AttributeError,
+        "ProcessGroupNCCL",
+    ),
     Case("tensor_parallel.random.torch", check_rng_seeding, "tensor_parallel/random.py", AssertionError, "CUDA"),
     Case(
         "tensor_parallel.random._set_cuda_rng_state", check_rng_fork_restores, None, AssertionError, "set and restore"

@@ -215,7 +215,10 @@ for name, call in (("get_device", dist_signal_handler.get_device),
         result[name] = type(exc).__name__
 print("RESULT" + json.dumps(result))
 """
-    names = "distributed_backend,use_cpu_initialization,gradient_accumulation_fusion,apply_rope_fusion,no_persist_layer_norm"
+    names = (
+        "distributed_backend,use_cpu_initialization,gradient_accumulation_fusion,apply_rope_fusion,"
+        "no_persist_layer_norm,gradient_reduce_div_fusion"
+    )
 
     def parse(*argv: str, **env: str) -> tuple[dict, str]:
         proc = subprocess.run(
@@ -237,6 +240,7 @@ print("RESULT" + json.dumps(result))
         "gradient_accumulation_fusion": False,
         "apply_rope_fusion": False,
         "no_persist_layer_norm": True,
+        "gradient_reduce_div_fusion": False,  # megatron FSDP's PREMUL_SUM: NCCL only
         "get_device": "cpu",  # upstream: RuntimeError for any backend but nccl and gloo
         "get_device_arch_version": "0",  # upstream: torch.cuda.get_device_properties -> AssertionError
     }
@@ -248,6 +252,11 @@ print("RESULT" + json.dumps(result))
     assert "--distributed-backend" not in flags
     _, stderr = parse(RANK="1")
     assert ANNOUNCEMENT not in stderr  # said on rank 0 only
+    # FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is not 1 (arguments.py): the pack leaves it unset there
+    for fsdp in ("--use-torch-fsdp2", "--use-megatron-fsdp"):
+        _, stderr = parse(fsdp)
+        (said,) = [line for line in stderr.splitlines() if ANNOUNCEMENT in line]
+        assert "CUDA_DEVICE_MAX_CONNECTIONS" not in said and "--no-gradient-reduce-div-fusion" in said, said
 
 
 # --------------------------------------------------------------------------- training runs

@@ -44,7 +44,7 @@ from torch.distributed import distributed_c10d as c10d
 
 import fl_patch
 
-__all__ = ["destroy_model_parallel", "megatron_groups", "release_groups"]
+__all__ = ["destroy_model_parallel", "get_nccl_options", "megatron_groups", "release_groups"]
 
 _PS = "megatron.core.parallel_state"
 
@@ -96,3 +96,23 @@ def destroy_model_parallel() -> None:
     stale = [g for g in _dropped if all(g is not h for h in groups)]
     _dropped[:] = [g for g in groups if c10d._world.pg_map.get(g) is not None]
     release_groups(stale)
+
+
+def get_nccl_options(pg_name: str, nccl_comm_cfgs: dict) -> Any:
+    """Patch for ``megatron.core.parallel_state.get_nccl_options``: no NCCL options where torch has no NCCL.
+
+    Why: for a group named in ``nccl_comm_cfgs`` upstream (``parallel_state.py`` line 181) builds
+    ``torch.distributed.ProcessGroupNCCL.Options``; a CPU build of torch has no ``ProcessGroupNCCL``.
+    ``validate_args`` puts ``dp_cp`` there for ``--use-torch-fsdp2`` (high-priority streams,
+    ``arguments.py`` line 1444), so that run failed at ``initialize_model_parallel`` with
+    ``AttributeError: module 'torch.distributed' has no attribute 'ProcessGroupNCCL'``; a
+    ``--nccl-communicator-config-path`` file does the same for any group it names.
+    How: where torch has no NCCL, None (upstream's answer for a group with no configuration: NCCL's
+    defaults); the groups are gloo groups here, which take no NCCL options (the CUDA-on-CPU transfer
+    drops ``pg_options`` for the same reason). With NCCL, upstream runs.
+    Upstream reference: megatron-core 0.19.2 ``megatron/core/parallel_state.py`` (``get_nccl_options``).
+    Drop when: upstream asks for NCCL options only when the group's backend is NCCL.
+    """
+    if not hasattr(dist, "ProcessGroupNCCL"):
+        return None
+    return fl_patch.original(f"{_PS}.get_nccl_options")(pg_name, nccl_comm_cfgs)

@@ -147,6 +147,12 @@ register(
     impl=f"{_PACK}.process_groups.destroy_model_parallel",
     vendor=CPU,
 )
+# -- NCCL process-group options (high-priority streams, CTA counts) built where torch has no NCCL.
+register(
+    target="megatron.core.parallel_state.get_nccl_options",
+    impl=f"{_PACK}.process_groups.get_nccl_options",
+    vendor=CPU,
+)
 
 # -- megatron.training (Megatron-LM's pretrain_gpt.py) and what a training script hits outside
 #    megatron: training_registry.py. A function call, not an import, so that it registers

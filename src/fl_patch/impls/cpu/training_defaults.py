@@ -64,6 +64,13 @@ CPU_DEFAULTS: tuple[CpuDefault, ...] = (
         "(transformer/transformer_config.py line 2185)",
     ),
     CpuDefault(
+        "gradient_reduce_div_fusion",
+        False,
+        "--no-gradient-reduce-div-fusion",
+        "megatron FSDP then scales gradients by NCCL's PREMUL_SUM reduction, which gloo refuses "
+        "(megatron_fsdp/param_and_grad_buffer.py line 4748: 'Cannot use ReduceOp.PREMUL_SUM with Gloo')",
+    ),
+    CpuDefault(
         "no_persist_layer_norm",
         True,
         "--no-persist-layer-norm",
@@ -79,13 +86,16 @@ Each was checked on megatron-core 0.19.2: with the others given and that one lef
 with RoPE; the ``persist_layer_norm`` assertion).
 """
 
-CPU_ENVIRONMENT: dict[str, tuple[str, str]] = {
+CPU_ENVIRONMENT: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "CUDA_DEVICE_MAX_CONNECTIONS": (
         "1",
         "validate_args requires it for tensor/context parallelism before Blackwell; it means nothing without a GPU",
+        # ...and asserts it is not 1 with either FSDP (arguments.py lines 1014 and 1143): left unset there
+        ("use_torch_fsdp2", "use_megatron_fsdp"),
     ),
 }
-"""Environment variables set (when unset) before argument validation."""
+"""Environment variables set (when unset) before argument validation: ``name: (value, why, dests)``, not set when
+the command line turns on one of ``dests`` (options whose validation wants the variable otherwise)."""
 
 _announced = False
 
@@ -134,8 +144,8 @@ def add_megatron_arguments(parser: argparse.ArgumentParser) -> argparse.Argument
         parser.set_defaults(**{default.dest: default.value})
         if not user_given(parser, default.dest, argv):
             applied.append(default.flag)
-    for name, (value, _why) in CPU_ENVIRONMENT.items():
-        if name not in os.environ:
+    for name, (value, _why, unless) in CPU_ENVIRONMENT.items():
+        if name not in os.environ and not any(user_given(parser, dest, argv) for dest in unless):
             os.environ[name] = value
             applied.append(f"{name}={value}")
     _announce(applied)
