@@ -158,6 +158,13 @@ def _chunk_rows(split_sizes: Any, sorted_index: Any, device: torch.device, total
 
 
 # --------------------------------------------------------------------------- TE's permutation API
+def _given(probs: torch.Tensor | None, function: str) -> torch.Tensor:
+    """The probabilities a row-movement function returned when given some (an impl that drops them is broken)."""
+    if probs is None:
+        raise TypeError(f"{_HERE}.{function} (as installed now) was given probabilities and returned none")
+    return probs
+
+
 def _num_out(routing_map: torch.Tensor, num_out_tokens: Any) -> int:
     if num_out_tokens is None or (isinstance(num_out_tokens, int) and num_out_tokens < 0):
         return int(routing_map.bool().sum())  # the caller gave no count: one host sync, as TE's
@@ -190,7 +197,7 @@ def fused_permute_with_probs(
     num_out = _num_out(routing_map, num_out_tokens)
     row_id_map = make_row_id_map(routing_map, num_out)
     rows, permuted_probs = permute_rows(inp, row_id_map, num_out, probs)
-    return rows, permuted_probs, row_id_map
+    return rows, _given(permuted_probs, "permute_rows"), row_id_map
 
 
 def fused_unpermute(
@@ -224,8 +231,7 @@ def fused_sort_chunks_by_index_with_probs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """TE's ``moe_sort_chunks_by_index_with_probs``: rows and their probabilities sorted alike."""
     rows, sorted_probs = sort_chunks(inp, split_sizes, sorted_index, probs)
-    assert sorted_probs is not None
-    return rows, sorted_probs
+    return rows, _given(sorted_probs, "sort_chunks")
 
 
 # --------------------------------------------------------------------------- TE's router API: megatron's own maths
