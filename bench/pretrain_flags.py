@@ -337,11 +337,12 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated name prefixes")
     parser.add_argument("--limit", type=int, default=400, help="seconds a run may take")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--repeat", type=int, default=1, help="run each chosen configuration this many times")
     args = parser.parse_args()
     prefixes = [p for p in args.only.split(",") if p]
     chosen = [c for c in CONFIGS if not prefixes or c.name.startswith(tuple(prefixes))]
     results = []
-    for config in chosen:
+    for config in [c for c in chosen for _ in range(args.repeat)]:
         r = run(config, args.megatron_lm, args.limit)
         results.append(r)
         shown = f"losses {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}" if r["losses"] else r["error"][:160]
