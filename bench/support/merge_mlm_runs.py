@@ -26,7 +26,13 @@ def merge(base: dict, rerun: dict, why: str, at_one: dict[str, str] | None) -> d
         details = {k: v for k, v in base["details"].get(mode, {}).items() if k.split("::", 1)[0] not in files}
         base["details"][mode] = details | rerun["details"][mode]
         by_file = {r["file"]: r for r in records}
+        known = {r["file"] for r in base["per_file"][mode]}
+        # a re-run file replaces its first record; one the first run never started is added (and is no longer not_run)
         base["per_file"][mode] = [by_file.get(r["file"], r) for r in base["per_file"][mode]]
+        base["per_file"][mode] += [r for r in records if r["file"] not in known]
+        not_run = base.get("not_run") or {}
+        if mode in not_run:
+            not_run[mode] = [f for f in not_run[mode] if f not in files]
         counted = Counter(base["outcomes"][mode].values())
         base["summary"][mode] = {k: counted.get(k, 0) for k in OUTCOMES}
         base.setdefault("reruns", []).append(
