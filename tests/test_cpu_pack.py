@@ -456,41 +456,42 @@ def check_distributed_optimizer() -> None:
 
 
 def check_distributed_optimizer_resumes_exactly(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """fp32 distributed optimizer: save after two steps, load into a fresh one, step both: equal."""
+    """fp32 distributed optimizer: save after two steps, load into a fresh one, step both: equal. Both sharding
+    types megatron writes: ``dp_reshardable`` and ``fully_reshardable`` (whose tensors carry no Adam ``step``)."""
     from megatron.core import dist_checkpointing
-
-    where = tmp_path_factory.mktemp("distopt")
-    metadata = {"distrib_optim_sharding_type": "dp_reshardable"}
 
     def build() -> tuple[object, object]:
         ddp = tiny_ddp(tiny_gpt(), distributed_optimizer=True)
         return ddp, optimizer_for(ddp, torch.float32, distributed=True)
 
-    ddp, optimizer = build()
-    train_step(ddp, optimizer)
-    train_step(ddp, optimizer)
-    model_state = ddp.module.sharded_state_dict()
-    state = {"model": model_state, "optimizer": optimizer.sharded_state_dict(model_state, metadata=metadata)}
-    dist_checkpointing.save(state, str(where))
+    for sharding in ("dp_reshardable", "fully_reshardable"):
+        where = tmp_path_factory.mktemp(f"distopt-{sharding}")
+        metadata = {"distrib_optim_sharding_type": sharding}
+        ddp, optimizer = build()
+        train_step(ddp, optimizer)
+        train_step(ddp, optimizer)
+        model_state = ddp.module.sharded_state_dict()
+        state = {"model": model_state, "optimizer": optimizer.sharded_state_dict(model_state, metadata=metadata)}
+        dist_checkpointing.save(state, str(where))
 
-    fresh, fresh_optimizer = build()
-    model_state = fresh.module.sharded_state_dict()
-    template = {
-        "model": model_state,
-        "optimizer": fresh_optimizer.sharded_state_dict(model_state, is_loading=True, metadata=metadata),
-    }
-    loaded = dist_checkpointing.load(template, str(where))
-    fresh.module.load_state_dict(loaded["model"])
-    fresh_optimizer.load_state_dict(loaded["optimizer"])
+        fresh, fresh_optimizer = build()
+        model_state = fresh.module.sharded_state_dict()
+        template = {
+            "model": model_state,
+            "optimizer": fresh_optimizer.sharded_state_dict(model_state, is_loading=True, metadata=metadata),
+        }
+        loaded = dist_checkpointing.load(template, str(where))
+        fresh.module.load_state_dict(loaded["model"])
+        fresh_optimizer.load_state_dict(loaded["optimizer"])
 
-    inner = fresh_optimizer.chained_optimizers[0].optimizer
-    steps = [state["step"] for state in inner.state.values()]
-    assert len({id(s) for s in steps}) == len(steps), "parameters share one Adam step counter"
-    assert {float(s) for s in steps} == {2.0}, "Adam's step count was not restored"
-    train_step(ddp, optimizer)
-    train_step(fresh, fresh_optimizer)
-    for original, resumed in zip(ddp.module.parameters(), fresh.module.parameters(), strict=True):
-        assert torch.equal(original, resumed), "the resumed optimizer does not continue the original run"
+        inner = fresh_optimizer.chained_optimizers[0].optimizer
+        steps = [state["step"] for state in inner.state.values()]
+        assert len({id(s) for s in steps}) == len(steps), "parameters share one Adam step counter"
+        assert {float(s) for s in steps} == {2.0}, f"Adam's step count was not restored ({sharding})"
+        train_step(ddp, optimizer)
+        train_step(fresh, fresh_optimizer)
+        for original, resumed in zip(ddp.module.parameters(), fresh.module.parameters(), strict=True):
+            assert torch.equal(original, resumed), f"the resumed optimizer does not continue the run ({sharding})"
 
 
 def check_clip_grad_by_total_norm() -> None:

@@ -290,7 +290,7 @@ def distributed_optimizer_load_state_dict(self: Any, state_dict: dict[str, Any])
 def distributed_optimizer_set_states(self: Any, model_param: torch.Tensor, tensors: dict[str, Any]) -> None:
     """Patch for ``optimizer.distrib_optimizer.DistributedOptimizer._set_main_param_and_optimizer_states``.
 
-    Why: two problems in upstream (``distrib_optimizer.py``, lines 1216-1225), which copies
+    Why: three problems in upstream (``distrib_optimizer.py``, lines 1216-1225), which copies
     every tensor of torch Adam's per-parameter state from the loaded ``tensors``:
 
     - ``step`` is among them, but the ``dp_reshardable`` checkpoint does not store it per
@@ -304,13 +304,17 @@ def distributed_optimizer_set_states(self: Any, model_param: torch.Tensor, tenso
       ``copy_`` outside ``torch.no_grad()`` raises ("a view of a leaf Variable that requires
       grad is being used in an in-place operation"): fp32 runs cannot load at all.
 
-    How: runs upstream under ``torch.no_grad()`` with ``step`` handed over as a non-tensor,
-    which upstream's loop skips, so the restored step stays (upstream's own
-    ``load_parameter_state_from_fs_model_space`` skips ``step`` the same way).
+    - the ``fully_reshardable`` checkpoint's ``tensors`` hold no ``step`` at all, while upstream's loop
+      reads ``tensors[key]`` for every tensor of the parameter's state: torch's Adam keeps a
+      ``step`` tensor there (TE's and Apex's keep it in the param groups), so the load stopped with
+      ``KeyError: 'step'`` (Megatron-LM's ``test_chained_optimizer_resharding`` at 4 ranks).
+
+    How: runs upstream under ``torch.no_grad()`` with ``step`` handed over as a non-tensor, whether
+    the checkpoint had one or not, which upstream's loop skips, so the restored step stays
+    (upstream's own ``load_parameter_state_from_fs_model_space`` skips ``step`` the same way).
     Upstream reference: megatron-core 0.19.2, ``megatron/core/optimizer/distrib_optimizer.py``.
     Drop when: upstream skips ``step`` here and copies under ``torch.no_grad()``.
     """
-    if "step" in tensors:
-        tensors = {**tensors, "step": None}
+    tensors = {**tensors, "step": None}
     with torch.no_grad():
         fl_patch.original(_DISTRIBUTED_SET_STATES)(self, model_param, tensors)
