@@ -565,6 +565,45 @@ def check_fused_softmax_falls_back() -> None:
     torch.testing.assert_close(probs, expected)
 
 
+def _main_grads_of_one_backward(dtype: torch.dtype, fusion: bool) -> dict[str, torch.Tensor]:
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.module import Float16Module
+
+    config = tiny_config(dtype, gradient_accumulation_fusion=fusion)
+    _seed()
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=get_gpt_layer_local_spec(),
+        vocab_size=32,
+        max_sequence_length=8,
+        position_embedding_type="rope",
+    )
+    ddp = tiny_ddp(model if dtype is torch.float32 else Float16Module(config, model))
+    ddp.zero_grad_buffer()
+    for _ in range(2):  # two micro-batches: the second adds to the first's main_grad
+        lm_loss(ddp, tiny_batch()).backward()
+    ddp.finish_grad_sync()
+    return {name: p.main_grad.clone() for name, p in ddp.named_parameters()}
+
+
+def check_gradient_accumulation_fusion() -> None:
+    """gradient_accumulation_fusion=True: the same main_grad as without (fp32 exactly up to rounding; bf16 closer to fp32)."""
+    reference = _main_grads_of_one_backward(torch.float32, fusion=False)
+    fused = _main_grads_of_one_backward(torch.float32, fusion=True)
+    linear = [name for name in reference if "linear_" in name and name.endswith("weight")]
+    assert len(linear) == 4, linear  # qkv, proj, fc1, fc2: the layers megatron's fusion covers
+    for name in reference:
+        torch.testing.assert_close(fused[name], reference[name], rtol=1e-5, atol=1e-6, msg=name)
+        assert fused[name].abs().sum() > 0, name
+    fused_bf16 = _main_grads_of_one_backward(torch.bfloat16, fusion=True)
+    unfused_bf16 = _main_grads_of_one_backward(torch.bfloat16, fusion=False)
+    linear_bf16 = [name for name in fused_bf16 if "linear_" in name and name.endswith("weight")]
+    assert len(linear_bf16) == 4, linear_bf16
+    for name in linear_bf16:
+        torch.testing.assert_close(fused_bf16[name], unfused_bf16[name], rtol=2e-2, atol=2e-3, msg=name)
+
+
 @dataclass(frozen=True)
 class Case:
     target: str  # the registered target (relative to megatron.core)
@@ -692,6 +731,27 @@ CASES = [
         "state_dict_saver.py",
         AssertionError,
         "CUDA",
+    ),
+    Case(
+        "tensor_parallel.layers.torch",
+        check_gradient_accumulation_fusion,
+        "tensor_parallel/layers.py",
+        AssertionError,
+        "CUDA",
+    ),
+    Case(
+        "tensor_parallel.layers._grad_accum_fusion_available",
+        check_gradient_accumulation_fusion,
+        "tensor_parallel/layers.py",
+        RuntimeError,
+        "fused_weight_gradient_mlp_cuda module is not found",
+    ),
+    Case(
+        "tensor_parallel.layers.fused_weight_gradient_mlp_cuda",
+        check_gradient_accumulation_fusion,
+        "tensor_parallel/layers.py",
+        NameError,
+        "fused_weight_gradient_mlp_cuda",
     ),
     Case(
         "fusions.fused_softmax.FusedScaleMaskSoftmax.is_kernel_available",

@@ -107,6 +107,12 @@ def _write_profile(profiler: object, path: str, step_times: list[float]) -> None
     print(lines[0], flush=True)
 
 
+def _wgrad_in_place() -> bool | None:
+    """Whether fl_patch's gradient accumulation fusion added into main_grad in one cuBLAS call (None: not used)."""
+    module = sys.modules.get("fl_patch.impls.cpu.wgrad_accumulation")
+    return None if module is None else module._in_place_trusted
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=("curve", "throughput"), required=True)
@@ -179,6 +185,12 @@ def main() -> int:
         "--flaggems-global",
         action="store_true",
         help="FlagGems' own global mode (flag_gems.enable(): every aten op it has), for the docs' repro",
+    )
+    parser.add_argument(
+        "--grad-accum-fusion",
+        action="store_true",
+        help="gradient_accumulation_fusion=True (Megatron-LM's default): the weight gradient added into the fp32 "
+        "main_grad by the GEMM (Apex's extension; without Apex fl_patch's, wgrad_accumulation.py)",
     )
     parser.add_argument(
         "--cuda-graph",
@@ -262,7 +274,7 @@ def main() -> int:
         add_bias_linear=False, bf16=not args.fp32, params_dtype=dtype, pipeline_dtype=dtype,
         deterministic_mode=args.deterministic,
         bias_activation_fusion=args.bias_act_fusion, masked_softmax_fusion=False, apply_rope_fusion=False,
-        gradient_accumulation_fusion=False, bias_dropout_fusion=False, attention_dropout=0.0, hidden_dropout=0.0,
+        gradient_accumulation_fusion=args.grad_accum_fusion, bias_dropout_fusion=False, attention_dropout=0.0, hidden_dropout=0.0,
         fused_single_qkv_rope=args.fused_qkv_rope, tensor_model_parallel_size=args.tp, sequence_parallel=args.sp,
         **moe,
     )  # fmt: skip
@@ -405,6 +417,8 @@ def main() -> int:
         "steps": steps,
         "manual_gc": args.manual_gc,
         "cuda_graph": args.cuda_graph,
+        "grad_accum_fusion": args.grad_accum_fusion,
+        "wgrad_in_place": _wgrad_in_place(),
         "losses": losses,
         "grad_norms": grad_norms,
         "ffn": ffn,

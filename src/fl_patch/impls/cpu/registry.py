@@ -10,11 +10,13 @@ release the pack still applies and says so once (``FlPatchWarning``), when it is
 used. Each impl's docstring gives Why (the upstream line that assumes CUDA), How, the
 upstream reference and when it can be dropped.
 
-``apply_rope_fusion`` gets a host implementation (``rope.py``). Left to configuration, not
-patched (see ``examples/train_gpt.py``): fusions that need Transformer Engine or a CUDA
-extension (``gradient_accumulation_fusion``, multi-latent attention's fused RoPE) and those compiled by ``torch.compile``
+``apply_rope_fusion`` and ``gradient_accumulation_fusion`` get host implementations (``rope.py``,
+``wgrad_accumulation.py``). Left to configuration, not patched (see ``examples/train_gpt.py``): fusions
+that need Transformer Engine or a CUDA kernel (multi-latent attention's fused RoPE) and those compiled by ``torch.compile``
 (``bias_activation_fusion``, ``bias_dropout_fusion``...): upstream's defaults leave them off.
 """
+
+import importlib.util
 
 from fl_patch import register
 
@@ -40,6 +42,7 @@ register(
 #    of torch (torch_view.py), one documented object per module (torch_names.py).
 for module, view in (
     ("tensor_parallel.random", "TENSOR_PARALLEL_RANDOM"),
+    ("tensor_parallel.layers", "TENSOR_PARALLEL_LAYERS"),
     ("utils", "UTILS"),
     ("transformer.utils", "TRANSFORMER_UTILS"),
     ("pipeline_parallel.schedules", "SCHEDULES"),
@@ -128,6 +131,22 @@ for name in ("fused_apply_rotary_pos_emb", "fused_apply_rotary_pos_emb_thd"):
     register(
         target=f"megatron.core.models.common.embeddings.rope_utils.{name}",
         impl=f"{_PACK}.rope.{name}",
+        vendor=CPU,
+        create=True,
+    )
+
+# -- gradient_accumulation_fusion=True without Apex's CUDA extension: the weight gradient added into
+#    main_grad by one GEMM (wgrad_accumulation.py; here the host's addmm_). The extension's name is
+#    absent from layers.py without Apex: create=True installs it.
+if importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is None:
+    register(
+        target="megatron.core.tensor_parallel.layers._grad_accum_fusion_available",
+        impl=f"{_PACK}.wgrad_accumulation.AVAILABLE",
+        vendor=CPU,
+    )
+    register(
+        target="megatron.core.tensor_parallel.layers.fused_weight_gradient_mlp_cuda",
+        impl=f"{_PACK}.wgrad_accumulation",
         vendor=CPU,
         create=True,
     )

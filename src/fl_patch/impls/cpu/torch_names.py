@@ -31,6 +31,7 @@ __all__ = [
     "ROTARY_POS_EMBEDDING",
     "SCHEDULES",
     "STATE_DICT_SAVER",
+    "TENSOR_PARALLEL_LAYERS",
     "TENSOR_PARALLEL_RANDOM",
     "TRANSFORMER_UTILS",
     "UTILS",
@@ -58,6 +59,19 @@ TENSOR_PARALLEL_RANDOM = _view(
     ``rng.set_cuda_rng_state``.)
     Upstream reference: megatron-core 0.19.2, ``megatron/core/tensor_parallel/random.py``.
     Drop when: upstream seeds and reads RNG state through a device-agnostic API.
+    """
+)
+
+TENSOR_PARALLEL_LAYERS = _view(
+    """Patch for ``megatron.core.tensor_parallel.layers.torch``.
+
+    Why: the linear layers' backward allocates on ``torch.cuda.current_device()``: the dummy weight
+    gradient handed to autograd under ``gradient_accumulation_fusion`` (``layers.py`` lines 706-719)
+    and the sequence-parallel reduce-scatter buffer (line 647); so do the layers' weights when
+    ``use_cpu_initialization`` is off (lines 305, 1000, 1041, 1363, 1403).
+    How: the CPU view maps ``torch.cuda.current_device()`` to the CPU.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/tensor_parallel/layers.py``.
+    Drop when: upstream allocates on the device of the layer's input.
     """
 )
 

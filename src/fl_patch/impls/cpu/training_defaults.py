@@ -54,7 +54,8 @@ CPU_DEFAULTS: tuple[CpuDefault, ...] = (
         "gradient_accumulation_fusion",
         False,
         "--no-gradient-accumulation-fusion",
-        "ColumnParallelLinear raises without Apex's fused_weight_gradient_mlp_cuda extension",
+        "upstream's unfused weight gradient, as verified on the CPU (fl_patch serves Apex's "
+        "fused_weight_gradient_mlp_cuda as one addmm_ for megatron-core scripts that set the fusion)",
     ),
     CpuDefault(
         "apply_rope_fusion",

@@ -67,6 +67,15 @@ CREATED: tuple[tuple[str, str], ...] = (
     ),
 )
 
+# gradient_accumulation_fusion=True without Apex (Megatron-LM's default): the weight gradient added into
+# the fp32 main_grad by one cuBLAS call, as Apex's extension does (fl_patch/impls/cpu/wgrad_accumulation.py).
+WGRAD_ACCUMULATION = "fl_patch.impls.cpu.wgrad_accumulation"
+if importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is None:
+    PATCHES = (
+        *PATCHES,
+        ("megatron.core.tensor_parallel.layers._grad_accum_fusion_available", f"{WGRAD_ACCUMULATION}.AVAILABLE"),
+    )
+    CREATED = (*CREATED, ("megatron.core.tensor_parallel.layers.fused_weight_gradient_mlp_cuda", WGRAD_ACCUMULATION))
 # Transformer Engine's layer spec without TE (te.py): fl_patch's TE-compatible modules
 # (fl_patch/impls/cpu/te_modules.py) for this vendor too, their maths on the pack's kernels,
 # and MoE's weighted SwiGLU. Only where TE is absent: with TE, megatron uses TE itself.
