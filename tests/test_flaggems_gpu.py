@@ -546,6 +546,30 @@ def test_gradient_accumulation_fusion_on_the_pack_trains_as_without(run_python, 
     _windows_agree(fused["losses"], plain["losses"], 0.01, 0.005)
 
 
+@pytest.mark.parametrize("patched", [True, False], ids=["patched", "upstream"])
+def test_distributed_optimizer_checkpoint_resumes_the_packs_adam_exactly(run_python, patched: bool) -> None:
+    """The pack's Adam (torch's, with ``step`` per parameter) behind megatron's distributed optimizer: a checkpoint of
+    either sharding type loads and the run continues bit for bit; with the fix disabled, upstream's load stops on
+    ``fully_reshardable`` (KeyError 'step') and does not restore Adam's step count on ``dp_reshardable``."""
+    target = "megatron.core.optimizer.distrib_optimizer.DistributedOptimizer._set_main_param_and_optimizer_states"
+    env = {"MG_FL_PREFER": "flaggems", **({} if patched else {"FL_PATCH_DISABLE": target})}
+    pythonpath = os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
+    proc = run_python(
+        str(SUPPORT / "flaggems" / "gems_resume.py"), env=clean_env(PYTHONPATH=pythonpath, **env), timeout=300
+    )
+    results = {r["sharding"]: r for r in map(json.loads, proc.stdout.strip().splitlines()[-2:])}
+    assert set(results) == {"dp_reshardable", "fully_reshardable"}, proc.stdout[-2000:]
+    if patched:
+        for result in results.values():
+            assert result["error"] is None, result
+            assert result["steps"] == [2.0] and result["resumed_equal"], result
+            assert "FusedAdam" in result["optimizer_mro"], result  # the pack's (installed under upstream's name)
+    else:
+        assert "KeyError: 'step'" in (results["fully_reshardable"]["error"] or ""), results
+        upstream_dp = results["dp_reshardable"]
+        assert upstream_dp["error"] is not None or upstream_dp["steps"] != [2.0], results
+
+
 # ---------------------------------------------------------------------------------- last: slowest to compile
 def _has_flag_gems() -> bool:
     try:

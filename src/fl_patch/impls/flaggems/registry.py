@@ -55,6 +55,13 @@ OPTIMIZER_PATCHES: tuple[tuple[str, str], ...] = (
     ("megatron.core.optimizer.Adam", f"{_PACK}.optimizer.FusedAdam"),
     ("megatron.core.utils.local_multi_tensor_l2_norm", f"{_PACK}.optimizer.local_multi_tensor_l2_norm"),
     ("megatron.core.utils.local_multi_tensor_scale", f"{_PACK}.optimizer.local_multi_tensor_scale"),
+    # A torch Adam keeps `step` per parameter (TE's/Apex's keep it in the param groups): the distributed
+    # optimizer's checkpoint load then overwrites the restored step (dp_reshardable) or stops with
+    # KeyError 'step' (fully_reshardable). The CPU pack's fix, which is device-independent.
+    (
+        "megatron.core.optimizer.distrib_optimizer.DistributedOptimizer._set_main_param_and_optimizer_states",
+        "fl_patch.impls.cpu.optimizer.distributed_optimizer_set_states",
+    ),
 )
 HAVE_APEX_OR_TE = any(importlib.util.find_spec(name) is not None for name in ("transformer_engine", "apex"))
 if not HAVE_APEX_OR_TE:
