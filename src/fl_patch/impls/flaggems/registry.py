@@ -12,6 +12,7 @@ from fl_patch.impls.cpu.te_registry import register_te_spec, te_installed
 
 FLAGGEMS = "flaggems"
 _PACK = "fl_patch.impls.flaggems"
+_CPU_OPTIMIZER = "fl_patch.impls.cpu.optimizer"
 
 # (target in megatron-core 0.19.2, impl)
 PATCHES: tuple[tuple[str, str], ...] = (
@@ -55,12 +56,18 @@ OPTIMIZER_PATCHES: tuple[tuple[str, str], ...] = (
     ("megatron.core.optimizer.Adam", f"{_PACK}.optimizer.FusedAdam"),
     ("megatron.core.utils.local_multi_tensor_l2_norm", f"{_PACK}.optimizer.local_multi_tensor_l2_norm"),
     ("megatron.core.utils.local_multi_tensor_scale", f"{_PACK}.optimizer.local_multi_tensor_scale"),
-    # A torch Adam keeps `step` per parameter (TE's/Apex's keep it in the param groups): the distributed
-    # optimizer's checkpoint load then overwrites the restored step (dp_reshardable) or stops with
-    # KeyError 'step' (fully_reshardable). The CPU pack's fix, which is device-independent.
-    (
-        "megatron.core.optimizer.distrib_optimizer.DistributedOptimizer._set_main_param_and_optimizer_states",
-        "fl_patch.impls.cpu.optimizer.distributed_optimizer_set_states",
+    # A torch Adam keeps `step` per parameter (TE's/Apex's keep it in the param groups), which megatron's
+    # distributed optimizer reads only on its torch branch: a fresh optimizer's state_dict asserts one step
+    # among none (every checkpoint load builds one), a load shares one step tensor among all parameters, and
+    # the per-parameter copy overwrites the restored step (dp_reshardable) or stops with KeyError 'step'
+    # (fully_reshardable). The CPU pack's fixes (fl_patch/impls/cpu/optimizer.py), which are device-independent.
+    *(
+        (f"megatron.core.optimizer.distrib_optimizer.DistributedOptimizer.{method}", f"{_CPU_OPTIMIZER}.{impl}")
+        for method, impl in (
+            ("state_dict", "distributed_optimizer_state_dict"),
+            ("load_state_dict", "distributed_optimizer_load_state_dict"),
+            ("_set_main_param_and_optimizer_states", "distributed_optimizer_set_states"),
+        )
     ),
 )
 HAVE_APEX_OR_TE = any(importlib.util.find_spec(name) is not None for name in ("transformer_engine", "apex"))
