@@ -20,6 +20,7 @@ import sys
 import types
 
 from fl_patch.activation import sources as _sources
+from fl_patch.activation.gloo_exit import settle_gloo_workers_at_exit
 from fl_patch.activation.runtime import RUNTIME
 from fl_patch.activation.settings import (
     ENV,
@@ -201,6 +202,7 @@ def install() -> bool:
         RUNTIME.path_hook = PathHookWatchdog(finder, engine)
         sys.path_hooks.insert(0, RUNTIME.path_hook)
         RUNTIME.path_hook.watch_cached()
+        settle_gloo_workers_at_exit()  # once per process; a torch gloo race at exit (gloo_exit.py)
         engine.installed = True
     try:
         # The packs and the user's registry modules load with the finder in place and

@@ -228,6 +228,11 @@ def activate(bootstrap_dir: str) -> None:
             # Before the program's first line: its atexit handlers, registered later, run before
             # strict mode's exit check, which may end the process (activation/strict.py).
             register_exit_check()
+        from fl_patch.activation.gloo_exit import settle_gloo_workers_at_exit
+
+        # Also before the program's first line, so that it runs after the program's own handlers
+        # (its destroy_process_group, say): a torch gloo race at exit (activation/gloo_exit.py).
+        settle_gloo_workers_at_exit()
         if settings.watch_children:
             from fl_patch.activation.children import watch
 
