@@ -107,6 +107,8 @@ def test_install_redirects_and_uninstall_puts_every_original_back() -> None:
         "current_device_after_set_device_1": 1,
         "set_device_beyond_count_raises": True,
         "zeros": "cpu",
+        "generator": "cpu",
+        "generator_is_a_generator": True,
         "to_cuda": "cpu",
         "to_ordinal": "cpu",
         "new_zeros": "cpu",
@@ -123,7 +125,12 @@ def test_install_redirects_and_uninstall_puts_every_original_back() -> None:
         "problems": [],
     }
     assert result["restored"] == [], result["restored"]  # every original object is back
-    assert result["after"] == {"zeros_raises": True, "set_device_raises": True, "is_available": False}
+    assert result["after"] == {
+        "zeros_raises": True,
+        "generator_raises": True,
+        "set_device_raises": True,
+        "is_available": False,
+    }
 
 
 def test_megatron_without_te_and_flash_attn_with_and_without_the_patches() -> None:

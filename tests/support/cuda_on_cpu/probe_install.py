@@ -78,6 +78,8 @@ during = {
     "current_device_after_set_device_1": torch.cuda.current_device(),
     "set_device_beyond_count_raises": set_device_beyond_count_raises,
     "zeros": torch.zeros(2, device="cuda").device.type,
+    "generator": torch.Generator(device="cuda").device.type,
+    "generator_is_a_generator": isinstance(torch.Generator(device="cuda:1"), before["torch.Generator"]),
     "to_cuda": torch.ones(2).to("cuda:1").device.type,
     "to_ordinal": torch.ones(2).to(0).device.type,
     "new_zeros": torch.ones(1).new_zeros(3, device=torch.device("cuda", 0)).device.type,
@@ -104,6 +106,7 @@ if seed_bound_before_install is not before["torch.cuda.random.manual_seed"]:
     restored.append("the script's own alias of torch.cuda.manual_seed")
 after = {
     "zeros_raises": _raises(lambda: torch.zeros(1, device="cuda")),
+    "generator_raises": _raises(lambda: torch.Generator(device="cuda")),
     "set_device_raises": _raises(lambda: torch.cuda.set_device(0)),
     "is_available": torch.cuda.is_available(),
 }

@@ -173,6 +173,22 @@ module-level aliases below, which are these objects)."""
 globals().update({f"factory_{name}": impl for name, impl in factory.items()})
 
 
+class Generator(_unwrapped(torch.Generator)):  # type: ignore[misc]
+    """Patch for ``torch.Generator`` (``torch.Generator(device="cuda")``, a data pipeline's seeded generator).
+
+    Why: on a CPU-only torch it raises "Cannot get CUDA generator without ATen_cuda library".
+    How: a CUDA ``device`` becomes the CPU; the object is a ``torch.Generator`` (a subclass), so
+    ``isinstance`` checks and every ``generator=`` argument take it as before.
+    Upstream reference: torch 2.13, ``torch._C.Generator``.
+    Drop when: the callers take the generator's device from their tensors.
+    """
+
+    def __new__(cls, device: Any = None) -> Generator:
+        if device is None:
+            return super().__new__(cls)
+        return super().__new__(cls, CPU if is_cuda_device(device) else device)
+
+
 _TENSOR_TO = _unwrapped(torch.Tensor.to)
 
 

@@ -100,6 +100,7 @@ TORCH_ROOT_TARGETS: tuple[tuple[str, str], ...] = (
         for name in ("new_empty", "new_full", "new_ones", "new_tensor", "new_zeros")
     ),
     ("torch.Tensor.pin_memory", f"{_T}.tensor_pin_memory"),
+    ("torch.Generator", f"{_T}.Generator"),
     ("torch.Tensor.record_stream", f"{_T}.tensor_record_stream"),
 )
 """The transfer's targets owned by the module ``torch`` itself: fl_patch applies them once ``torch``
