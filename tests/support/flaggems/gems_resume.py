@@ -10,8 +10,6 @@ and whether the resumed parameters equal the original run's.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sys
 import tempfile
 
@@ -21,6 +19,7 @@ fl_patch.install()
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from gems_gpt import _init_distributed  # noqa: E402  (this script's folder is on sys.path)
 
 
 def _build():
@@ -70,12 +69,7 @@ def _step(ddp, optimizer, seed: int) -> None:
 def main() -> int:
     from megatron.core import dist_checkpointing, parallel_state
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK="0")
-    torch.cuda.set_device(0)
-    torch.distributed.init_process_group("nccl", rank=0, world_size=1)
+    _init_distributed()  # one-rank NCCL group
     parallel_state.initialize_model_parallel(1, 1)
     for sharding in ("dp_reshardable", "fully_reshardable"):
         metadata = {"distrib_optim_sharding_type": sharding}
