@@ -7,7 +7,6 @@ finished. The handler gives such a thread the GIL before finalization.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 
@@ -18,20 +17,18 @@ from .conftest import SUPPORT, clean_env
 WORKER = SUPPORT / "gloo_exit" / "worker.py"
 
 
-def test_gloo_worker_threads_are_counted(run_python) -> None:
+def test_gloo_worker_threads_are_counted(run_python, tmp_path) -> None:
     code = (
-        "import os, torch.distributed as dist\n"
+        "import sys, torch.distributed as dist\n"
         "from fl_patch.activation.gloo_exit import gloo_worker_threads\n"
         "before = gloo_worker_threads()\n"
-        "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=os.environ['PORT'])\n"
-        "dist.init_process_group('gloo', rank=0, world_size=1)\n"
+        "dist.init_process_group('gloo', init_method='file://' + sys.argv[1], rank=0, world_size=1)\n"
         "print(before, gloo_worker_threads())\n"
         "dist.destroy_process_group()\n"
     )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    before, during = map(int, run_python("-c", code, env=clean_env(FL_PATCH="0", PORT=str(port))).stdout.split())
+    # a file store: no port to collide with a test running beside this one
+    out = run_python("-c", code, str(tmp_path / "store"), env=clean_env(FL_PATCH="0")).stdout
+    before, during = map(int, out.split())
     assert before == 0 and during >= 1, (before, during)
 
 

@@ -37,7 +37,7 @@ import os
 import sys
 import time
 
-__all__ = ["SETTLE_S", "gloo_worker_threads", "settle_gloo_workers_at_exit"]
+__all__ = ["SETTLE_S", "gloo_worker_threads", "settle_gloo_workers_at_exit", "withdraw"]
 
 SETTLE_S = 0.05
 """How long the main thread gives up the GIL at exit when a gloo worker thread exists."""
@@ -76,3 +76,11 @@ def settle_gloo_workers_at_exit() -> None:
     if not _registered:
         _registered = True
         atexit.register(_settle)
+
+
+def withdraw() -> None:
+    """Take the handler out again (``fl_patch.uninstall()`` leaves nothing of fl_patch behind)."""
+    global _registered
+    if _registered:
+        _registered = False
+        atexit.unregister(_settle)

@@ -21,6 +21,7 @@ import types
 
 from fl_patch.activation import sources as _sources
 from fl_patch.activation.gloo_exit import settle_gloo_workers_at_exit
+from fl_patch.activation.gloo_exit import withdraw as withdraw_gloo_exit_settle
 from fl_patch.activation.runtime import RUNTIME
 from fl_patch.activation.settings import (
     ENV,
@@ -266,6 +267,7 @@ def _uninstall(*, disarm_strict: bool) -> bool:
     strict = sys.modules.get("fl_patch.activation.strict")
     if strict is not None and disarm_strict:
         strict.disarm()  # its excepthook and exit check: uninstall leaves nothing of fl_patch behind
+    withdraw_gloo_exit_settle()  # the exit handler for torch's gloo race, likewise
     return True
 
 
