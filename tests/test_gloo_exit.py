@@ -19,10 +19,12 @@ WORKER = SUPPORT / "gloo_exit" / "worker.py"
 
 def test_gloo_worker_threads_are_counted(run_python, tmp_path) -> None:
     code = (
-        "import sys, torch.distributed as dist\n"
+        "import sys, torch, torch.distributed as dist\n"
         "from fl_patch.activation.gloo_exit import gloo_worker_threads\n"
         "before = gloo_worker_threads()\n"
         "dist.init_process_group('gloo', init_method='file://' + sys.argv[1], rank=0, world_size=1)\n"
+        # a worker names itself once it runs: after a collective it has (under load, not always at init)
+        "dist.all_reduce(torch.ones(1))\n"
         "print(before, gloo_worker_threads())\n"
         "dist.destroy_process_group()\n"
     )
