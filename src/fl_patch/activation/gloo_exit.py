@@ -14,7 +14,7 @@ main thread in ``Py_FinalizeEx``). Plain torch, no fl_patch, no megatron: a two-
 of 30 once ``torch._inductor`` is imported (megatron-core imports it: finalizing takes longer),
 and in about 3 of 10 when the main thread also keeps the GIL (``sys.setswitchinterval(100)``).
 CPU runs of megatron use gloo for every group (nccl is mapped to gloo there), so this hit
-fl_patch's CPU training and its tests (docs/reliability.md, "exit after gloo").
+fl_patch's CPU training and its tests (docs/reliability.md, "A gloo job that finished does not die at exit").
 
 How: one ``atexit`` handler, registered when fl_patch starts (before the program's own, so it
 runs after them: ``atexit`` is last in, first out). If a gloo worker thread exists, it sleeps

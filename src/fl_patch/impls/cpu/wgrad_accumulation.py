@@ -57,8 +57,9 @@ def _as_matrix(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, t.shape[-1])
 
 
-def _in_place_addmm_works(device: torch.device, dtype: torch.dtype) -> bool:
-    """Does ``addmm(C, A, B, out_dtype=float32, out=C)`` add ``A @ B`` into ``C`` in place, in fp32?"""
+def _in_place_addmm_problem(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why ``addmm(C, A, B, out_dtype=float32, out=C)`` cannot be trusted to add ``A @ B`` into ``C`` in place in
+    fp32 here (None: it can)."""
     gen = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(96, 40, device=device, dtype=dtype, generator=gen)
     b = torch.randn(96, 72, device=device, dtype=dtype, generator=gen)
@@ -68,12 +69,11 @@ def _in_place_addmm_works(device: torch.device, dtype: torch.dtype) -> bool:
     try:
         result = torch.addmm(c, a.t(), b, out_dtype=torch.float32, out=c)
     except (RuntimeError, TypeError, NotImplementedError) as exc:
-        LOG.warning("fl_patch: gradient accumulation fusion: torch.addmm(out_dtype=float32) into main_grad: %s", exc)
-        return False
-    ok = result.data_ptr() == pointer and bool(torch.allclose(c, expected, rtol=1e-4, atol=1e-3))
-    if not ok:
-        LOG.warning("fl_patch: gradient accumulation fusion: cuBLAS's in-place fp32 addmm gave other sums; not used")
-    return ok
+        first_line = str(exc).splitlines()[0] if str(exc) else ""  # torch appends a page of backend lists
+        return f"torch.addmm(out_dtype=float32, out=main_grad) raised {type(exc).__name__}: {first_line}"
+    if result.data_ptr() != pointer or not torch.allclose(c, expected, rtol=1e-4, atol=1e-3):
+        return "cuBLAS's in-place fp32 addmm gave other sums than fp32 arithmetic"
+    return None
 
 
 def _trusted(device: torch.device, dtype: torch.dtype) -> bool:
@@ -83,10 +83,12 @@ def _trusted(device: torch.device, dtype: torch.dtype) -> bool:
             return False  # a check cannot synchronise inside a capture; the safe form is used until one runs
         with _check_lock:
             if _in_place_trusted is None:
-                _in_place_trusted = _in_place_addmm_works(device, dtype)
-                if not _in_place_trusted:
+                problem = _in_place_addmm_problem(device, dtype)
+                _in_place_trusted = problem is None
+                if problem is not None:  # said once: the check runs once per process
                     LOG.warning(
-                        "fl_patch: gradient accumulation fusion adds an fp32 product into main_grad (two kernels)"
+                        "fl_patch: gradient accumulation fusion adds an fp32 product into main_grad in two kernels: %s",
+                        problem,
                     )
     return _in_place_trusted
 
