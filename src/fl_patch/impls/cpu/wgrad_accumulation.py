@@ -69,8 +69,8 @@ def _in_place_addmm_problem(device: torch.device, dtype: torch.dtype) -> str | N
     try:
         result = torch.addmm(c, a.t(), b, out_dtype=torch.float32, out=c)
     except (RuntimeError, TypeError, NotImplementedError) as exc:
-        first_line = str(exc).splitlines()[0] if str(exc) else ""  # torch appends a page of backend lists
-        return f"torch.addmm(out_dtype=float32, out=main_grad) raised {type(exc).__name__}: {first_line}"
+        first = str(exc).split(". ")[0]  # torch's dispatcher error goes on with a page of backend lists
+        return f"torch.addmm(out_dtype=float32, out=main_grad) raised {type(exc).__name__}: {first}"
     if result.data_ptr() != pointer or not torch.allclose(c, expected, rtol=1e-4, atol=1e-3):
         return "cuBLAS's in-place fp32 addmm gave other sums than fp32 arithmetic"
     return None
