@@ -68,7 +68,7 @@ def test_have_te_in_moe_utils_guards_only_the_fused_functions() -> None:
 def test_fused_moe_functions_equal_megatrons_unfused_code() -> None:
     """Generated routings (top-k, dropped tokens, truncation, drop-and-pad capacity maps), fp32 and bf16:
     permute / unpermute / sort_chunks with ``fused=True`` give megatron's ``fused=False`` results, forward and
-    backward; the fused router equals the unfused; a MoE GPT trains identically with both flags on and off."""
+    backward; the fused router equals the unfused; the indices->multihot converter equals a loop; a MoE GPT trains identically with both flags on and off."""
     env = clean_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=_port())
     proc = subprocess.run(
         [sys.executable, "-m", "fl_patch", str(PROBE)], env=env, cwd=REPO, capture_output=True, text=True, timeout=600
@@ -90,6 +90,10 @@ def test_fused_moe_functions_equal_megatrons_unfused_code() -> None:
     assert chunks["cases"] >= 100 and chunks["sort_chunks"] == chunks["sort_chunks_probs"] == 0.0, chunks
     assert chunks["sort_chunks_grad"] == 0.0, chunks
     assert all(r["router"].values()), r["router"]
+    # megatron's Triton indices->multihot converter (no working fallback without Triton): fl_patch's torch form
+    multihot = r["multihot"]
+    assert multihot["patched"] and multihot["dispatcher_bound"], multihot
+    assert multihot["cases"] >= 50 and multihot["multihot"] == 0 and multihot["probs"] == multihot["grad"] == 0.0, multihot
     assert set(r["trained"]) == {"alltoall_sequential", "alltoall_grouped", "allgather_sequential", "allgather_grouped"}
     for name, run in r["trained"].items():
         assert run["max_diff"] <= 1e-6 and run["on"][-1] < run["on"][0], (name, run)

@@ -3,7 +3,7 @@
 Generated cases (seeded): megatron's ``permute`` / ``unpermute`` / ``sort_chunks_by_idxs`` with ``fused=True``
 (fl_patch's functions) against ``fused=False`` (megatron's torch code), forward and backward, fp32 and bf16,
 top-k routing with and without dropped tokens, drop-and-pad capacity maps; the router's fused forms against
-the unfused; and a MoE GPT trained with ``moe_permute_fusion``/``moe_router_fusion`` on and off.
+the unfused; megatron's indices-to-multihot converter against a loop; and a MoE GPT trained with ``moe_permute_fusion``/``moe_router_fusion`` on and off.
 
 Prints one JSON line; tests/test_moe_fusions.py asserts on it. ``PERMUTE_KERNELS=1``: the row movement is
 counted (the FlagGems pack's kernels in Triton's interpreter, when the pack is the vendor).
@@ -174,6 +174,53 @@ def router_cases() -> dict[str, bool]:
     return same
 
 
+def multihot_cases(n_cases: int) -> dict[str, float | int | bool]:
+    """megatron's ``fused_indices_to_multihot`` (fl_patch's torch form on this machine) against a per-entry loop:
+    random tokens, top-k and expert counts, unused slots (-1) and indices of another rank's experts (out of
+    range), fp32 and bf16 probabilities; the backward against the loop's gather."""
+    from megatron.core.fusions import fused_indices_converter
+    from megatron.core.transformer.moe import token_dispatcher
+
+    gen = torch.Generator().manual_seed(7)
+    worst = {"multihot": 0, "probs": 0.0, "grad": 0.0}
+    for case in range(n_cases):
+        tokens = int(torch.randint(1, 300, (1,), generator=gen))
+        topk = int(torch.randint(1, 9, (1,), generator=gen))
+        experts = int(torch.randint(topk, 40, (1,), generator=gen))
+        dtype = torch.bfloat16 if case % 2 else torch.float32
+        # distinct experts per row (a top-k never repeats one), some slots unused, some beyond this rank's experts
+        indices = torch.stack([torch.randperm(experts + 4, generator=gen)[:topk] for _ in range(tokens)]).int()
+        indices[torch.rand(tokens, topk, generator=gen) < 0.3] = -1
+        probs = torch.rand(tokens, topk, generator=gen).to(dtype).requires_grad_(True)
+        multihot, in_multihot = fused_indices_converter.fused_indices_to_multihot(indices, probs, experts)
+        want_hot = torch.zeros(tokens, experts, dtype=torch.bool)
+        want_probs = torch.zeros(tokens, experts, dtype=dtype)
+        for t in range(tokens):
+            for j in range(topk):
+                e = int(indices[t, j])
+                if 0 <= e < experts:
+                    want_hot[t, e] = True
+                    want_probs[t, e] = probs[t, j].detach()
+        grad_out = torch.randn(tokens, experts, generator=gen).to(dtype)
+        in_multihot.backward(grad_out)
+        want_grad = torch.zeros(tokens, topk, dtype=dtype)
+        for t in range(tokens):
+            for j in range(topk):
+                e = int(indices[t, j])
+                if 0 <= e < experts:
+                    want_grad[t, j] = grad_out[t, e]
+        assert multihot.dtype == torch.bool and in_multihot.dtype == dtype and probs.grad is not None
+        worst["multihot"] += int((multihot != want_hot).sum())
+        worst["probs"] = max(worst["probs"], float((in_multihot.detach() - want_probs).abs().max()))
+        worst["grad"] = max(worst["grad"], float((probs.grad - want_grad).abs().max()))
+    return {
+        "cases": n_cases,
+        **worst,
+        "dispatcher_bound": token_dispatcher.fused_indices_to_multihot is fused_indices_converter.fused_indices_to_multihot,
+        "patched": fused_indices_converter.fused_indices_to_multihot.__module__ == "fl_patch.impls.cpu.fusions",
+    }
+
+
 def train_moe(dispatcher: str, grouped: bool, fusion: bool, steps: int = 3) -> list[float]:
     torch.manual_seed(3)
     model_parallel_cuda_manual_seed(3)
@@ -223,6 +270,7 @@ def main() -> None:
         "bf16": permutation_cases(n_cases // 2, torch.bfloat16),
         "sort_chunks": sort_chunk_cases(n_cases),
         "router": router_cases(),
+        "multihot": multihot_cases(n_cases // 2),
     }
     trained = {}
     for dispatcher in ("alltoall", "allgather"):

@@ -1,12 +1,14 @@
-"""Fused CUDA kernels megatron-core would choose even when they cannot run."""
+"""Fused kernels megatron-core would choose even when they cannot run on this machine."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from ._compat import warn_if_unverified
 
-__all__ = ["fused_softmax_kernel_available"]
+__all__ = ["IndicesToMultihot", "fused_indices_to_multihot", "fused_softmax_kernel_available"]
 
 warn_if_unverified()
 
@@ -26,3 +28,65 @@ def fused_softmax_kernel_available(self: Any, mask: Any, b: int, np: int, sq: in
     before choosing the kernel.
     """
     return False
+
+
+class IndicesToMultihot(torch.autograd.Function):
+    """Top-k expert indices to a multihot routing map and per-expert probabilities, and the gradient back."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, indices: torch.Tensor, probs_indices: torch.Tensor, num_of_local_experts: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if indices.shape != probs_indices.shape or indices.dim() != 2:
+            raise ValueError(
+                f"fused_indices_to_multihot: indices {tuple(indices.shape)} and probs_indices "
+                f"{tuple(probs_indices.shape)} must be the same [tokens, topk] shape"
+            )
+        experts = int(num_of_local_experts)
+        # An entry routes when it names a local expert; -1 (megatron's "no expert") and any index outside
+        # [0, experts) write nothing. Those go to one spare column, dropped after the scatter.
+        valid = (indices >= 0) & (indices < experts)
+        column = torch.where(valid, indices, experts).long()
+        tokens = indices.shape[0]
+        multihot = torch.zeros(tokens, experts + 1, dtype=torch.bool, device=indices.device)
+        multihot.scatter_(1, column, valid)
+        probs = torch.zeros(tokens, experts + 1, dtype=probs_indices.dtype, device=probs_indices.device)
+        probs.scatter_(1, column, torch.where(valid, probs_indices, torch.zeros_like(probs_indices)))
+        ctx.save_for_backward(column, valid)
+        ctx.experts = experts
+        return multihot[:, :experts].contiguous(), probs[:, :experts].contiguous()
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_multihot: torch.Tensor | None, grad_probs: torch.Tensor | None
+    ) -> tuple[None, torch.Tensor | None, None]:
+        column, valid = ctx.saved_tensors
+        if grad_probs is None:
+            return None, None, None
+        padded = torch.nn.functional.pad(grad_probs, (0, 1))  # the spare column: gradient 0
+        grad_indices = padded.gather(1, column)
+        return None, torch.where(valid, grad_indices, torch.zeros_like(grad_indices)), None
+
+
+def fused_indices_to_multihot(
+    indices: torch.Tensor, probs_indices: torch.Tensor, num_of_local_experts: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Patch for ``fusions.fused_indices_converter.fused_indices_to_multihot``.
+
+    Why: upstream's function launches a Triton kernel (one program per token, ``device="cuda"``
+    buffers). Without Triton its fallback cannot run at all: megatron-core 0.19.2 binds
+    ``triton.jit = null_decorator``, and ``null_decorator`` is itself wrapped in
+    ``@contextmanager``, so every kernel becomes a ``_GeneratorContextManager`` and the first call
+    raises ``TypeError: '_GeneratorContextManager' object is not subscriptable``. The flex token
+    dispatcher and Megatron-LM's own tests of the converter reach it.
+    How: the same mapping in torch, on whatever device the tensors are: a row's valid entries
+    (an index in ``[0, num_of_local_experts)``; -1 means none) set ``True`` and their probability in
+    the expert's column, everything else ``False``/0; the backward gathers each entry's gradient
+    from its expert's column (0 for an entry that routed nowhere), as the kernel's position map does.
+    Outputs: ``bool`` multihot and probabilities in ``probs_indices``'s dtype, ``[tokens, experts]``.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/fusions/fused_indices_converter.py``
+    (``IndicesToMultihot``, ``_indices_to_multihot_kernel``, ``_multihot_to_indices_kernel``),
+    ``megatron/core/utils.py`` (``null_decorator``).
+    Drop when: this machine has Triton and a GPU, or upstream's fallback runs without Triton.
+    """
+    return IndicesToMultihot.apply(indices, probs_indices, num_of_local_experts)  # type: ignore[no-any-return]

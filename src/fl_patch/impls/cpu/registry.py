@@ -124,6 +124,12 @@ register(
     impl=f"{_PACK}.fusions.fused_softmax_kernel_available",
     vendor=CPU,
 )
+# -- MoE's indices -> multihot converter: a Triton kernel, and upstream's no-Triton fallback cannot run.
+register(
+    target="megatron.core.fusions.fused_indices_converter.fused_indices_to_multihot",
+    impl=f"{_PACK}.fusions.fused_indices_to_multihot",
+    vendor=CPU,
+)
 
 # -- apply_rope_fusion=True: the fused RoPE functions megatron looks up, on the host. Upstream
 #    binds them to None without TE: create=True installs them over the None.
