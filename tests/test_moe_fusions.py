@@ -93,7 +93,9 @@ def test_fused_moe_functions_equal_megatrons_unfused_code() -> None:
     # megatron's Triton indices->multihot converter (no working fallback without Triton): fl_patch's torch form
     multihot = r["multihot"]
     assert multihot["patched"] and multihot["dispatcher_bound"], multihot
-    assert multihot["cases"] >= 50 and multihot["multihot"] == 0 and multihot["probs"] == multihot["grad"] == 0.0, multihot
+    assert multihot["cases"] >= 50 and multihot["multihot"] == 0 and multihot["probs"] == multihot["grad"] == 0.0, (
+        multihot
+    )
     assert set(r["trained"]) == {"alltoall_sequential", "alltoall_grouped", "allgather_sequential", "allgather_grouped"}
     for name, run in r["trained"].items():
         assert run["max_diff"] <= 1e-6 and run["on"][-1] < run["on"][0], (name, run)

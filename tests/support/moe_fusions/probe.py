@@ -216,7 +216,8 @@ def multihot_cases(n_cases: int) -> dict[str, float | int | bool]:
     return {
         "cases": n_cases,
         **worst,
-        "dispatcher_bound": token_dispatcher.fused_indices_to_multihot is fused_indices_converter.fused_indices_to_multihot,
+        "dispatcher_bound": token_dispatcher.fused_indices_to_multihot
+        is fused_indices_converter.fused_indices_to_multihot,
         "patched": fused_indices_converter.fused_indices_to_multihot.__module__ == "fl_patch.impls.cpu.fusions",
     }
 
