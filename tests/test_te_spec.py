@@ -45,17 +45,32 @@ def _module_level_te_names(path: Path) -> set[str]:
 
 def test_registered_names_are_what_megatron_binds() -> None:
     """Every (module, TE name) registered is bound at module level by the installed megatron-core, and every
-    module on the GPT/BERT/MoE/MLA paths that binds one is registered (a name megatron adds is noticed)."""
+    megatron-core module that binds a TE class name is registered or listed as left, with why (read from the
+    installed source: a module or name megatron adds is noticed)."""
     from fl_patch.impls.cpu import te_registry
 
     root = Path(importlib.util.find_spec("megatron").submodule_search_locations[0]) / "core"  # type: ignore[index]
     registered = dict(te_registry.TE_NAME_TARGETS)
+    assert len(registered) == len(te_registry.TE_NAME_TARGETS), "a module listed twice"
     for module, names in registered.items():
         bound = _module_level_te_names(root / (module.replace(".", "/") + ".py"))
         wanted = set(names) - {"TESpecProvider"}
         assert wanted <= bound, (module, wanted - bound)
         if module != "extensions.transformer_engine_spec_provider":  # MagicMock names there: docstring
             assert bound <= wanted, (module, bound - wanted)  # the module binds a TE name left as upstream's
+    binding = {
+        path.relative_to(root).with_suffix("").as_posix().replace("/", "."): names
+        for path in sorted(root.rglob("*.py"))
+        if (names := _module_level_te_names(path))
+    }
+    binding["extensions.transformer_engine"] = TE_CLASSES  # defines them (no import of itself)
+    unaccounted = {m: n for m, n in binding.items() if m not in registered and m not in te_registry.TE_NAMES_LEFT}
+    assert not unaccounted, (
+        f"megatron modules binding TE classes, neither registered nor left with a reason: {unaccounted}"
+    )
+    assert set(te_registry.TE_NAMES_LEFT).isdisjoint(registered)
+    assert set(te_registry.TE_NAMES_LEFT) <= set(binding), set(te_registry.TE_NAMES_LEFT) - set(binding)
+    assert all(reason.strip() for reason in te_registry.TE_NAMES_LEFT.values())
     assert set(te_registry.TE_CLASS_NAMES) == TE_CLASSES
     # every class the registry names exists in te_modules (resolved without megatron's model parallel state)
     source = (REPO / "src" / "fl_patch" / "impls" / "cpu" / "te_modules.py").read_text()

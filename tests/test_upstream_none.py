@@ -79,3 +79,44 @@ def test_check_calls_them_ok_with_the_note(megatron_core, engine, monkeypatch) -
         ]
     assert by_name["HAVE_DEEP_EP"].level == "ok"
     assert by_name["no_such_name"].level == "error"
+
+
+VIT_SPECS = "megatron.core.models.vision.vit_layer_specs"
+
+
+def test_a_mock_upstream_bound_for_a_missing_package_is_replaced_and_checked_ok(
+    megatron_core, engine, monkeypatch
+) -> None:
+    """Without TE, megatron binds ``TEDotProductAttention`` in ``vit_layer_specs`` unconditionally to
+    ``class TEDotProductAttention(te.pytorch.DotProductAttention)`` with ``te = MagicMock()``: a mock, not a
+    class. A vendor's class is installed there (no fit check against a mock's ``*args, **kwargs``), the
+    record and ``--check`` say why; a real function of the same module is still held to its signature."""
+    from unittest import mock
+
+    monkeypatch.setenv("FL_PATCH_PACKS", "none")
+    monkeypatch.setenv("MG_FL_PREFER", "kunlunxin")
+    impl = "fl_patch.impls.cpu.te_modules.TEDotProductAttention"
+    fl_patch.register(f"{VIT_SPECS}.TEDotProductAttention", impl, vendor="kunlunxin")
+    # not a mock: a function whose callers pass arguments this impl cannot take -> refused as ever
+    fl_patch.register(
+        f"{VIT_SPECS}.get_vit_layer_with_local_spec", "fltest_plugin.deepep.fused_combine", vendor="kunlunxin"
+    )
+    report = check_module.check(activation=False)
+    by_name = {r.target.rpartition(".")[2]: r for r in report.results}
+    attention = by_name["TEDotProductAttention"]
+    assert attention.level == "ok", attention.findings
+    assert "upstream had a unittest.mock stand-in here (a package it needs is not installed)" in [
+        f.message for f in attention.findings if f.level == "note"
+    ]
+    with fresh_modules([VIT_SPECS]):
+        fl_patch.install()
+        specs = importlib.import_module(VIT_SPECS)
+        records = {r.target.rpartition(".")[2]: r for r in fl_patch.report()}
+        record = records["TEDotProductAttention"]
+        assert record.status is Status.APPLIED and "unittest.mock stand-in" in record.detail, record.detail
+        from fl_patch.impls.cpu import te_modules
+
+        assert specs.TEDotProductAttention is te_modules.TEDotProductAttention
+        assert records["get_vit_layer_with_local_spec"].status is not Status.APPLIED
+        fl_patch.uninstall()
+        assert isinstance(specs.TEDotProductAttention, mock.NonCallableMock)  # upstream's stand-in is back

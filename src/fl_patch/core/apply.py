@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fl_patch.core import kinds as _kinds
+from fl_patch.core.missing import mock_stand_in
 from fl_patch.core.ownership import is_library_function
 from fl_patch.core.resolve import Kind, Resolved, describe
 
@@ -155,6 +156,8 @@ def build_replacement(resolved: Resolved, impl: object, *, create: bool = False)
         return impl
     kind = resolved.kind
     raw = resolved.raw
+    if mock_stand_in(raw):
+        return impl  # upstream's mock for a missing package: nothing real to keep the shape of (missing.py)
     if isinstance(resolved.holder, type) and isinstance(raw, _STORAGE_DESCRIPTORS):
         raise ImplMismatch(
             f"{describe(resolved.holder)}.{resolved.name} is a {type(raw).__name__} (a slot or a named-tuple field: "

@@ -16,6 +16,10 @@ few, and each is told apart here from the module itself and its source:
   ``if HAVE_TE:`` (or another guard, or a ``try: import`` block) that is false here. When
   it is bound to ``None`` in the guard's other branch it is *not* missing: that ``None``
   is what a vendor fills in, so it is patched and the record says so (``upstream_none``).
+  Likewise a ``unittest.mock`` object upstream put there for a package that is not installed
+  (megatron-core: ``te = MagicMock()`` without Transformer Engine, so ``class TELinear(te.pytorch.Linear)``
+  is a mock, not a class): it does nothing real, so no impl is measured against it
+  (``mock_stand_in``).
 - **renamed**: a close name exists in the module or the class (``difflib``); reported,
   never patched, because a renamed API usually changed in other ways too.
 
@@ -28,6 +32,7 @@ import ast
 import difflib
 import functools
 import inspect
+import sys
 import types
 
 from fl_patch.core.resolve import Resolved, describe, resolve_in
@@ -35,9 +40,11 @@ from fl_patch.core.resolve import Resolved, describe, resolve_in
 __all__ = [
     "dependency_guard",
     "locate",
+    "mock_stand_in",
     "resolve_key_form",
     "strip_repeated_module_name",
     "unusable",
+    "upstream_mock",
     "upstream_none",
     "why_missing",
 ]
@@ -130,6 +137,24 @@ def upstream_none(module: types.ModuleType, attr_path: tuple[str, ...], resolved
     if guard is None:
         return None
     return "upstream had None here (" + guard.removeprefix("it is None here: ") + ")"
+
+
+def mock_stand_in(raw: object) -> bool:
+    """Whether ``raw`` is a ``unittest.mock`` object: upstream's stand-in for a package that is not installed.
+
+    Such a value accepts every call and returns more mocks; nothing works through it, so what
+    replaces it is not held to its "signature" (``*args, **kwargs``) or its "class". Asked only
+    when ``unittest.mock`` is loaded (else nothing can be a mock): fl_patch never imports it for this.
+    """
+    mock = sys.modules.get("unittest.mock")
+    return mock is not None and isinstance(raw, mock.NonCallableMock)
+
+
+def upstream_mock(resolved: Resolved) -> str | None:
+    """The note for a target upstream bound to a ``unittest.mock`` stand-in, else None."""
+    if not resolved.exists or not mock_stand_in(resolved.raw):
+        return None
+    return "upstream had a unittest.mock stand-in here (a package it needs is not installed)"
 
 
 def why_missing(module: object, attr_path: tuple[str, ...]) -> str:

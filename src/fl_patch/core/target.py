@@ -39,7 +39,7 @@ from fl_patch.core.apply import (
 )
 from fl_patch.core.errors import ImplStillLoading, NotYet, PlatformNotReady, is_stop_request
 from fl_patch.core.kinds import torchscript_callers
-from fl_patch.core.missing import locate, unusable, upstream_none
+from fl_patch.core.missing import locate, unusable, upstream_mock, upstream_none
 from fl_patch.core.records import Status
 from fl_patch.core.resolve import Kind, Resolved, describe, load_impl, unwrap
 from fl_patch.core.target_records import Selection, TargetRecords
@@ -136,7 +136,7 @@ class Target(TargetRecords):
             if cause is not None:
                 return self._missing(first, cause, ctx)  # type: ignore[func-returns-value]  # reports, and apply returns its None
         if existing is None:
-            note = "; ".join(filter(None, [note, upstream_none(module, attr_path, resolved)]))
+            note = "; ".join(filter(None, [note, upstream_none(module, attr_path, resolved), upstream_mock(resolved)]))
         if existing is not None:  # a re-registration replaces our own impl: keep the upstream original
             resolved = Resolved(resolved.holder, resolved.name, existing.original, existing.previous_own is not ABSENT)
         for registration in selection.candidates:

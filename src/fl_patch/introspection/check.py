@@ -45,7 +45,7 @@ from fl_patch.activation.settings import ENV
 from fl_patch.core.errors import FlPatchWarning
 from fl_patch.core.kinds import fits as _fits
 from fl_patch.core.kinds import prefixed, read_signature
-from fl_patch.core.missing import locate, unusable, upstream_none
+from fl_patch.core.missing import locate, mock_stand_in, unusable, upstream_mock, upstream_none
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.registration import Registration
 from fl_patch.core.resolve import Kind, Resolved, load_impl, owned_path
@@ -404,6 +404,9 @@ def _check_one(
             filled = upstream_none(owner.module, attr_path, resolved)  # type: ignore[arg-type]
             if filled is not None:
                 findings.append(Finding("note", filled))  # ok: what a vendor fills in (the engine's record too)
+            mocked = upstream_mock(resolved)
+            if mocked is not None:
+                findings.append(Finding("note", mocked))  # ok: replaced as the engine does, without a fit check
             if cause is None:
                 result.target_found = True
                 result.kind = resolved.kind.value
@@ -434,8 +437,9 @@ def _check_one(
             fit = _module_fits(owner.module_spec, impl)
         else:
             assert resolved is not None
-            fit = _fits(resolved, impl)
-            forwarding = _forwarding_of(registration.target, resolved, impl)
+            stand_in = mock_stand_in(resolved.raw)  # as the engine: a mock has no shape to fit
+            fit = [] if stand_in else _fits(resolved, impl)
+            forwarding = [] if stand_in else _forwarding_of(registration.target, resolved, impl)
             fit = None if fit is None and not forwarding else [*(fit or []), *forwarding]
         findings.extend(fit or [])
         if result.kind in (Kind.ATTRIBUTE.value, Kind.MODULE.value) and owner.attr_path is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+import types
 from typing import Any
 
 from fl_patch.introspection.signatures import Finding
@@ -30,7 +31,9 @@ __all__ = ["calls_to_original", "forwarding_findings"]
 def _function_of(impl: object) -> Any:
     plain = impl.__func__ if isinstance(impl, (staticmethod, classmethod)) else impl
     plain = plain.fget if isinstance(plain, property) else plain
-    return inspect.unwrap(plain) if callable(plain) else None
+    plain = inspect.unwrap(plain) if callable(plain) else None
+    # Only a function's body is read for calls of the original (a class or other callable: nothing to read).
+    return plain if isinstance(plain, types.FunctionType) else None
 
 
 def calls_to_original(tree: ast.AST, target: str, constants: dict[str, object]) -> list[ast.Call]:

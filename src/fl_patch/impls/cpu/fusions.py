@@ -34,7 +34,7 @@ class IndicesToMultihot(torch.autograd.Function):
     """Top-k expert indices to a multihot routing map and per-expert probabilities, and the gradient back."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any, indices: torch.Tensor, probs_indices: torch.Tensor, num_of_local_experts: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if indices.shape != probs_indices.shape or indices.dim() != 2:
@@ -57,7 +57,7 @@ class IndicesToMultihot(torch.autograd.Function):
         return multihot[:, :experts].contiguous(), probs[:, :experts].contiguous()
 
     @staticmethod
-    def backward(  # type: ignore[override]
+    def backward(
         ctx: Any, grad_multihot: torch.Tensor | None, grad_probs: torch.Tensor | None
     ) -> tuple[None, torch.Tensor | None, None]:
         column, valid = ctx.saved_tensors
@@ -89,4 +89,4 @@ def fused_indices_to_multihot(
     ``megatron/core/utils.py`` (``null_decorator``).
     Drop when: this machine has Triton and a GPU, or upstream's fallback runs without Triton.
     """
-    return IndicesToMultihot.apply(indices, probs_indices, num_of_local_experts)  # type: ignore[no-any-return]
+    return IndicesToMultihot.apply(indices, probs_indices, num_of_local_experts)

@@ -32,6 +32,7 @@ __all__ = [
     "TE_ALIAS_TARGETS",
     "TE_CLASS_NAMES",
     "TE_MOE_FUSIONS",
+    "TE_NAMES_LEFT",
     "TE_NAME_TARGETS",
     "register_te_spec",
     "te_installed",
@@ -63,11 +64,69 @@ TE_NAME_TARGETS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("transformer.attention", ("TELinear", "TENorm")),
     ("transformer.multi_latent_attention", ("TEColumnParallelLinear", "TELayerNormColumnParallelLinear", "TELinear")),
-    # moe_layer / shared_experts bind TELinear too (latent projections, an isinstance under HAVE_TE); left out:
-    # applying there imports te_modules inside a circular import of megatron's MoE modules.
+    ("transformer.experimental_attention_variant.absorbed_mla", ("TEColumnParallelLinear", "TELinear")),
+    # The other model families' TE specs: the same classes under the same names.
+    (
+        "models.gpt.heterogeneous.heterogeneous_layer_specs",
+        ("TEDotProductAttention", "TELayerNormColumnParallelLinear", "TENorm", "TERowParallelLinear"),
+    ),
+    (
+        "models.hybrid.hybrid_layer_specs",
+        (
+            "TEColumnParallelLinear",
+            "TEDotProductAttention",
+            "TELayerNormColumnParallelLinear",
+            "TELinear",
+            "TENorm",
+            "TERowParallelLinear",
+        ),
+    ),
+    ("models.hybrid.hybrid_block", ("TELayerNormColumnParallelLinear", "TENorm")),  # "Hybrid always uses TE"
+    (
+        "models.T5.t5_spec",
+        (
+            "TEColumnParallelLinear",
+            "TEDotProductAttention",
+            "TELayerNormColumnParallelLinear",
+            "TENorm",
+            "TERowParallelLinear",
+        ),
+    ),
+    (
+        "models.vision.vit_layer_specs",
+        ("TEDotProductAttention", "TELayerNormColumnParallelLinear", "TERowParallelLinear"),
+    ),
+    (
+        "models.multimodal.llava_spec",
+        ("TEDotProductAttention", "TELayerNormColumnParallelLinear", "TENorm", "TERowParallelLinear"),
+    ),
+    ("post_training.modelopt.gpt.model_specs", ("TEDotProductAttention",)),
+    ("post_training.modelopt.hybrid.model_specs", ("TEDotProductAttention", "TENorm")),
 )
-"""``(megatron.core submodule, names)``: every module-level TE name on the GPT/BERT/MoE/MLA paths (a name bound
-to the replaced upstream ``TESpecProvider`` class, as in ``moe_module_specs``, follows it: fl_patch rebinds aliases)."""
+"""``(megatron.core submodule, names)``: every module-level TE class name megatron-core binds, but those of
+:data:`TE_NAMES_LEFT` (a name bound to the replaced upstream ``TESpecProvider`` class, as in ``moe_module_specs``,
+follows it: fl_patch rebinds aliases). ``tests/test_te_spec.py`` re-reads the installed megatron-core: a module
+that binds a TE class name and is in neither table fails it."""
+
+TE_NAMES_LEFT: dict[str, str] = {
+    "extensions.transformer_engine": "TE's wrappers themselves (upstream's MagicMock stand-ins without TE); loads "
+    "while tensor_parallel initialises, before a class can be built on ColumnParallelLinear",
+    "models.backends": "upstream's MagicMock subclasses bound unconditionally; no class of another signature is put there",
+    "fp8_utils": "isinstance checks on fp8 paths; fp8 is refused by name without TE (TEFeatureError)",
+    "tensor_parallel.inference_layers": "subclasses TE's classes while its body runs: a name replaced after that "
+    "changes nothing (inference only)",
+    "transformer.heterogeneous.linear_replacements": "subclasses TELayerNormColumnParallelLinear while its body runs "
+    "(the 'replace_with_linear' heterogeneous layers stay upstream's)",
+    "transformer.moe.moe_layer": "TELinear for latent projections and an isinstance under HAVE_TE; applying here "
+    "imports te_modules inside a circular import of megatron's MoE modules",
+    "transformer.moe.shared_experts": "as moe_layer: an isinstance under HAVE_TE, inside the MoE modules' circular import",
+    "models.multimodal.llava_model": "compares with TEDotProductAttention only 'and HAVE_TE' (False without TE); its "
+    "TENorm is a local import",
+    "models.vision.clip_vit_model": "binds TENorm only when `import transformer_engine` succeeds; without TE its "
+    "torch LayerNorm is fixed in CLIPViTModel.__init__'s defaults (upstream cannot build it)",
+    "transformer.transformer_block": "TENorm is reached only as LayerNormImpl (replaced: TE_ALIAS_TARGETS)",
+}
+"""``megatron.core`` modules that bind TE class names left as upstream's, and why."""
 
 
 TE_ALIAS_TARGETS: tuple[tuple[str, str], ...] = (
