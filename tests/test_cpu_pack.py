@@ -591,6 +591,19 @@ def check_gradient_accumulation_fusion() -> None:
         torch.testing.assert_close(fused_bf16[name], unfused_bf16[name], rtol=2e-2, atol=2e-3, msg=name)
 
 
+def check_indices_to_multihot() -> None:
+    """MoE's indices -> multihot converter (a Triton kernel upstream): each valid index sets its expert's column."""
+    from megatron.core.fusions.fused_indices_converter import fused_indices_to_multihot
+
+    indices = torch.tensor([[0, 2], [-1, 1], [3, -1]], dtype=torch.int32)
+    probs = torch.tensor([[0.6, 0.4], [0.0, 1.0], [0.7, 0.0]], requires_grad=True)
+    multihot, in_multihot = fused_indices_to_multihot(indices, probs, 4)
+    assert multihot.tolist() == [[True, False, True, False], [False, True, False, False], [False, False, False, True]]
+    torch.testing.assert_close(in_multihot, torch.tensor([[0.6, 0, 0.4, 0], [0, 1.0, 0, 0], [0, 0, 0, 0.7]]))
+    in_multihot.backward(torch.arange(12.0).reshape(3, 4))
+    torch.testing.assert_close(probs.grad, torch.tensor([[0.0, 2.0], [0.0, 5.0], [11.0, 0.0]]))
+
+
 @dataclass(frozen=True)
 class Case:
     target: str  # the registered target (relative to megatron.core)
@@ -741,6 +754,15 @@ CASES = [
         "fused_weight_gradient_mlp_cuda",
     ),
     Case(
+        # (upstream allocates on device="cuda" first; under the CUDA-on-CPU transfer it gets as far as its kernel
+        # launch: "'_GeneratorContextManager' object is not subscriptable", docs/cuda_on_cpu.md)
+        "fusions.fused_indices_converter.fused_indices_to_multihot",
+        check_indices_to_multihot,
+        "fused_indices_converter.py",
+        AssertionError,
+        "CUDA",
+    ),
+    Case(
         "fusions.fused_softmax.FusedScaleMaskSoftmax.is_kernel_available",
         check_fused_softmax_falls_back,
         "fused_softmax.py",
@@ -794,6 +816,8 @@ TESTED_ELSEWHERE = {
     f"{MC}.distributed.fsdp.src.megatron_fsdp.utils.get_te_version": "test_megatron_ranks.py::test_te_version_helpers_give_one_answer_without_te_even_with_a_stand_in",
     f"{MC}.models.common.embeddings.yarn_rotary_pos_embedding.torch": "test_te_spec.py::test_te_spec_module_tree_checkpoints_moe_mla (MLA with YaRN)",
     f"{MC}.transformer.moe.moe_utils.maybe_move_tensor_to_cpu": "test_te_spec.py::test_pretrain_gpt_te_spec_moe_ep2_mla (alltoall at EP=2)",
+    # its streams need the CUDA-on-CPU transfer, which this file leaves off
+    f"{MC}.optimizer.cpu_offloading.hybrid_optimizer.HybridDeviceOptimizer._get_sub_optimizer_param_groups": "test_cuda_on_cpu.py::test_optimizer_cpu_offload_steps_as_adam_on_host_parameters",
 }
 
 

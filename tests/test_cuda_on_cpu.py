@@ -110,6 +110,9 @@ def test_install_redirects_and_uninstall_puts_every_original_back() -> None:
         "generator": "cpu",
         "generator_is_a_generator": True,
         "to_cuda": "cpu",
+        "pinned_empty": "cpu",
+        "pinned_tensor_to_cuda": "cpu",
+        "pinned_new_empty": "cpu",
         "to_ordinal": "cpu",
         "new_zeros": "cpu",
         "module_to": "cpu",
@@ -128,6 +131,7 @@ def test_install_redirects_and_uninstall_puts_every_original_back() -> None:
     assert result["after"] == {
         "zeros_raises": True,
         "generator_raises": True,
+        "pinned_empty_raises": True,
         "set_device_raises": True,
         "is_available": False,
     }
@@ -186,3 +190,27 @@ def test_registry_lists_what_the_impl_module_offers() -> None:
     from fl_patch.impls import PACKS
 
     assert PACKS["cuda_on_cpu"] == "fl_patch.impls.cpu.cuda_on_cpu_registry:register_pack"
+
+
+HYBRID_OFFLOAD = REPO / "tests" / "support" / "cuda_on_cpu" / "hybrid_offload.py"
+HYBRID_TARGET = (
+    "megatron.core.optimizer.cpu_offloading.hybrid_optimizer.HybridDeviceOptimizer._get_sub_optimizer_param_groups"
+)
+
+
+def test_optimizer_cpu_offload_steps_as_adam_on_host_parameters() -> None:
+    """``--optimizer-cpu-offload`` (megatron's HybridDeviceOptimizer) with the model on "cuda", i.e. the host: half
+    the parameters offloaded, half stepped in place, three steps equal torch's Adam (fp32 exactly up to rounding,
+    bf16 with fp32 masters within bf16's step); without the CPU pack's patch upstream cannot step (KeyError)."""
+    proc = _run([str(HYBRID_OFFLOAD)], _one_rank())
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, tolerance in (("fp32", 1e-6), ("bf16", 2e-2)):
+        run = result[name]
+        assert "error" not in run, run
+        assert run["offloaded"] > 0 and run["in_place"] > 0 and run["copies_distinct"], run
+        assert run["least_change"] > 0 and run["max_difference"] <= tolerance, (name, run)
+    proc = _run([str(HYBRID_OFFLOAD)], _one_rank(FL_PATCH_DISABLE=HYBRID_TARGET))
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["fp32"]["error"].startswith("KeyError: Parameter containing"), result

@@ -81,6 +81,10 @@ during = {
     "generator": torch.Generator(device="cuda").device.type,
     "generator_is_a_generator": isinstance(torch.Generator(device="cuda:1"), before["torch.Generator"]),
     "to_cuda": torch.ones(2).to("cuda:1").device.type,
+    # pinned host memory for a 'device' that is the host: ordinary memory, not torch's "no accelerator" error
+    "pinned_empty": str(torch.empty(2, pin_memory=True).device),
+    "pinned_tensor_to_cuda": torch.tensor([1.0], pin_memory=True).to("cuda", non_blocking=True).device.type,
+    "pinned_new_empty": torch.ones(1).new_empty(2, pin_memory=True).device.type,
     "to_ordinal": torch.ones(2).to(0).device.type,
     "new_zeros": torch.ones(1).new_zeros(3, device=torch.device("cuda", 0)).device.type,
     "module_to": next(torch.nn.Linear(2, 2).to("cuda").parameters()).device.type,
@@ -107,6 +111,7 @@ if seed_bound_before_install is not before["torch.cuda.random.manual_seed"]:
 after = {
     "zeros_raises": _raises(lambda: torch.zeros(1, device="cuda")),
     "generator_raises": _raises(lambda: torch.Generator(device="cuda")),
+    "pinned_empty_raises": _raises(lambda: torch.empty(2, pin_memory=True)),
     "set_device_raises": _raises(lambda: torch.cuda.set_device(0)),
     "is_available": torch.cuda.is_available(),
 }

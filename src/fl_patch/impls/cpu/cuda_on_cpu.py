@@ -150,18 +150,32 @@ FACTORIES: tuple[str, ...] = FACTORY_NAMES
 """Tensor factories of ``torch`` that take a ``device`` keyword (each ``torch.<name>`` is redirected)."""
 
 
+def _on_host(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A factory's keywords with a CUDA ``device`` made the CPU and ``pin_memory=True`` made ordinary memory.
+
+    Pinned (page-locked) host memory exists for an accelerator's copies; without one torch refuses it
+    ("pin_memory=True requires a CUDA or other accelerator backend"), and here the 'device' is the host
+    itself: the same tensor in ordinary memory (``is_pinned()`` says False, truthfully), as
+    :func:`tensor_pin_memory` gives for ``t.pin_memory()``.
+    """
+    device = kwargs.get("device")
+    if device is not None and is_cuda_device(device):
+        kwargs["device"] = CPU
+    if kwargs.get("pin_memory"):
+        kwargs["pin_memory"] = False
+    return kwargs
+
+
 def _factory(name: str) -> Callable[..., Any]:
     original = _unwrapped(getattr(torch, name))
 
     def factory_on_cpu(*args: Any, **kwargs: Any) -> Any:
-        device = kwargs.get("device")
-        if device is not None and is_cuda_device(device):
-            kwargs["device"] = CPU
-        return original(*args, **kwargs)
+        return original(*args, **_on_host(kwargs))
 
     factory_on_cpu.__doc__ = (
         f"Patch for ``torch.{name}``: a CUDA ``device`` (``'cuda'``, ``'cuda:1'``, "
-        "``torch.device('cuda')``, an ordinal) becomes the CPU; everything else is torch's own."
+        "``torch.device('cuda')``, an ordinal) becomes the CPU, ``pin_memory=True`` ordinary host memory; "
+        "everything else is torch's own."
     )
     return _mark(factory_on_cpu, original, name)
 
@@ -217,14 +231,12 @@ def _tensor_new(name: str) -> Callable[..., Any]:
     original = _unwrapped(getattr(torch.Tensor, name))
 
     def new_on_cpu(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        device = kwargs.get("device")
-        if device is not None and is_cuda_device(device):
-            kwargs["device"] = CPU
-        return original(self, *args, **kwargs)
+        return original(self, *args, **_on_host(kwargs))
 
     new_on_cpu.__doc__ = (
         f"Patch for ``torch.Tensor.{name}``: a CUDA ``device=`` becomes the CPU "
-        "(``t.new_zeros(n, device='cuda')``); everything else is torch's own."
+        "(``t.new_zeros(n, device='cuda')``), ``pin_memory=True`` ordinary host memory; everything else is "
+        "torch's own."
     )
     return _mark(new_on_cpu, original, f"tensor_{name}")
 

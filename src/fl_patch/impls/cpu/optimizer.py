@@ -35,6 +35,7 @@ __all__ = [
     "distributed_optimizer_init",
     "dynamic_grad_scaler_load_state_dict",
     "float16_optimizer_init",
+    "hybrid_optimizer_param_groups",
 ]
 
 warn_if_unverified()
@@ -318,3 +319,56 @@ def distributed_optimizer_set_states(self: Any, model_param: torch.Tensor, tenso
     tensors = {**tensors, "step": None}
     with torch.no_grad():
         fl_patch.original(_DISTRIBUTED_SET_STATES)(self, model_param, tensors)
+
+
+def hybrid_optimizer_param_groups(self: Any, offload_fraction: float) -> tuple[Any, ...]:
+    """Patch for ``HybridDeviceOptimizer._get_sub_optimizer_param_groups`` (``--optimizer-cpu-offload``).
+
+    Why: upstream splits the parameters by ``param.is_cuda``: the device's ones are offloaded (a host copy
+    stepped by the CPU optimizer, copied back after) up to ``offload_fraction`` of their size, the rest
+    stepped in place by the device optimizer. It assumes every host parameter is such a copy: one that was on
+    the host already lands in a CPU optimizer with no device parameter behind it, and the first ``step()``
+    fails with ``KeyError: Parameter containing: ...`` (``cpu_copys_map_gpu_param``). On a machine without a
+    GPU every parameter is on the host (``is_cuda`` is False, truthfully), so no offloaded run can step.
+    How: the same split with the host as the device: a parameter on the host or on CUDA counts toward the
+    fraction and is either offloaded (a host copy, its original kept and refreshed after each step) or stepped
+    in place; ``param_update_in_fp32`` keeps an fp32 master as upstream does. The tuple returned is upstream's
+    (host groups, device groups, original -> copy, copy -> original, original -> fp32 master).
+    Upstream reference: megatron-core 0.19.2,
+    ``megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py`` (``_get_sub_optimizer_param_groups``,
+    ``_set_sub_optimizer_grads``).
+    Drop when: upstream splits by an explicit device choice rather than ``is_cuda``.
+    """
+    params = [param for group in self.param_groups for param in group["params"]]
+    on_device = [param for param in params if param.is_cuda or param.device.type == "cpu"]
+    threshold = sum(param.numel() for param in on_device) * offload_fraction
+    device_ids = {id(param) for param in on_device}
+    offloaded = 0
+    host_groups: list[dict[str, Any]] = []
+    device_groups: list[dict[str, Any]] = []
+    copy_of: dict[torch.Tensor, torch.Tensor] = {}
+    original_of: dict[torch.Tensor, torch.Tensor] = {}
+    fp32_of: dict[torch.Tensor, torch.Tensor] = {}
+    for group in self.param_groups:
+        host_group = {**group, "params": []}
+        device_group = {**group, "params": []}
+        for original in group["params"]:
+            inner = original
+            offload = offloaded < threshold and id(original) in device_ids
+            if offload:
+                inner = original.detach().clone().cpu()
+                if self.pin_cpu_params and original.is_cuda:
+                    inner = inner.pin_memory()  # (pinned memory exists for a device's copies only)
+                offloaded += inner.numel()
+            if self.param_update_in_fp32 and inner.dtype != torch.float32:
+                inner = inner.detach().clone().float()
+                fp32_of[original] = inner
+            if offload:
+                copy_of[original] = inner
+                original_of[inner] = original
+            (host_group if offload else device_group)["params"].append(inner)
+        if host_group["params"]:
+            host_groups.append(host_group)
+        if device_group["params"]:
+            device_groups.append(device_group)
+    return host_groups, device_groups, copy_of, original_of, fp32_of

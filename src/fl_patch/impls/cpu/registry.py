@@ -118,6 +118,14 @@ register(
     vendor=CPU,
 )
 
+# -- --optimizer-cpu-offload: HybridDeviceOptimizer splits parameters by is_cuda; with every parameter
+#    on the host it steps a host parameter as if it were an offloaded copy and fails (KeyError).
+register(
+    target="megatron.core.optimizer.cpu_offloading.hybrid_optimizer.HybridDeviceOptimizer._get_sub_optimizer_param_groups",
+    impl=f"{_PACK}.optimizer.hybrid_optimizer_param_groups",
+    vendor=CPU,
+)
+
 # -- A fused CUDA kernel chosen from shapes alone (masked_softmax_fusion=True with fp16/bf16).
 register(
     target="megatron.core.fusions.fused_softmax.FusedScaleMaskSoftmax.is_kernel_available",
