@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 from .conftest import REPO, SUPPORT, clean_env
 
 SCRIPT = SUPPORT / "cuda_on_cpu" / "cuda_train.py"
@@ -214,3 +216,55 @@ def test_optimizer_cpu_offload_steps_as_adam_on_host_parameters() -> None:
     assert proc.returncode == 0, proc.stderr[-6000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["fp32"]["error"].startswith("KeyError: Parameter containing"), result
+
+
+def _context_stand_ins() -> dict[str, object]:
+    """Every context manager the CPU stand-ins hand out: each public class of the transfer's ``torch.cuda`` impls and
+    of a megatron module's CPU view of ``torch.cuda`` that is a context manager, and each function there whose
+    return annotation is one, called with a stream (nothing else is called: no side effects)."""
+    import typing
+
+    from fl_patch.impls.cpu import cuda_on_cpu, cuda_stand_ins, torch_view
+
+    def is_context(kind: object) -> bool:  # a stand-in's own context class (torch.device is torch's own, re-enterable)
+        own = isinstance(kind, type) and not kind.__module__.startswith("torch")
+        return own and hasattr(kind, "__enter__") and hasattr(kind, "__exit__")
+
+    view = torch_view.CpuTorchView().cuda
+    stream = cuda_stand_ins.Stream()
+    found: dict[str, object] = {}
+    for where, holder in (("cuda_on_cpu", cuda_on_cpu), ("torch view", view), ("cuda_stand_ins", cuda_stand_ins)):
+        for name in sorted(set(dir(holder)) | set(dir(type(holder)))):  # (a module's dir() omits its class's methods)
+            member = getattr(holder, name, None)
+            if name.startswith("_") or not callable(member):
+                continue
+            if is_context(member):
+                found[f"{where}.{name}"] = member(stream) if member is not cuda_stand_ins.Stream else member()
+                continue
+            if getattr(getattr(member, "__code__", None), "co_filename", "").endswith("contextlib.py"):
+                found[f"{where}.{name}"] = member(stream)  # a @contextmanager: one use per object (fails below)
+                continue
+            try:
+                returns = typing.get_type_hints(member).get("return")
+            except Exception:  # noqa: BLE001  (no readable annotations: not a stand-in of this kind)
+                continue
+            if is_context(returns):
+                found[f"{where}.{name}"] = member(stream)
+    return found
+
+
+def test_every_context_stand_in_can_be_entered_again_and_nested() -> None:
+    """torch's stream and device contexts are classes: one object can be entered again (megatron's
+    ``start_grad_sync`` enters one ``torch.cuda.stream(...)`` twice) and nested. Each stand-in must too."""
+    contexts = _context_stand_ins()
+    assert {"cuda_on_cpu.stream", "cuda_on_cpu.Device", "torch view.stream", "cuda_stand_ins.Stream"} <= set(
+        contexts
+    ), sorted(contexts)
+    # torch.cuda.nvtx.range is itself a @contextmanager (one use per object): its stand-in may be one too
+    assert torch.cuda.nvtx.range.__code__.co_filename.endswith("contextlib.py")
+    contexts.pop("cuda_stand_ins.nvtx_range")
+    for context in contexts.values():
+        for _ in range(2):
+            with context:  # type: ignore[attr-defined]
+                with context:  # type: ignore[attr-defined]
+                    pass

@@ -58,7 +58,7 @@ import torch.utils._device
 
 from . import cuda_stand_ins
 from .cuda_on_cpu_registry import FACTORY_NAMES
-from .cuda_stand_ins import CPU, Event, Stream, cpu_device, is_cuda_device
+from .cuda_stand_ins import CPU, Event, Stream, StreamContext, cpu_device, is_cuda_device
 
 __all__ = [
     "FACTORIES",
@@ -489,27 +489,17 @@ def set_stream(stream: object) -> None:
     return None
 
 
-class _NullContext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> Literal[False]:
-        return False
-
-
-_NULL_CONTEXT = _NullContext()
-
-
-def stream(stream: object) -> _NullContext:
+def stream(stream: object) -> StreamContext:
     """Patch for ``torch.cuda.stream``.
 
     Why: ``with torch.cuda.stream(side_stream):`` runs work on another stream; torch's
     context manager calls into CUDA for a stream that is not its own.
-    How: the CPU has one ordered queue: a context that changes nothing.
+    How: the CPU has one ordered queue: a context that changes nothing, an object that can be entered
+    again as torch's ``StreamContext`` can.
     Upstream reference: torch 2.13, ``torch/cuda/__init__.py``.
     Drop when: callers use ``torch.accelerator`` streams.
     """
-    return _NULL_CONTEXT
+    return StreamContext(stream)
 
 
 # --------------------------------------------------------------------------- distributed

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -41,6 +41,7 @@ __all__ = [
     "CPU",
     "Event",
     "Stream",
+    "StreamContext",
     "cpu_device",
     "default_stream",
     "get_rng_state",
@@ -229,6 +230,26 @@ _DEFAULT_STREAM = Stream()
 def default_stream(device: object = None) -> Stream:
     """The stream everything runs on: there is one."""
     return _DEFAULT_STREAM
+
+
+class StreamContext:
+    """What ``torch.cuda.stream(s)`` gives here: a context that changes nothing (the CPU has one ordered queue).
+
+    A class, like torch's ``torch.cuda.StreamContext``, so one object can be entered again: megatron's
+    ``start_grad_sync`` makes one ``torch.cuda.stream(...)`` and enters it twice (a ``@contextmanager`` object
+    fails the second time: "'_GeneratorContextManager' object has no attribute 'args'").
+    """
+
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: object = None) -> None:
+        self.stream = stream
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> Literal[False]:
+        return False
 
 
 # --------------------------------------------------------------------------- NVTX

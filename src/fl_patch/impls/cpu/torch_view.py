@@ -44,9 +44,8 @@ of hard-coding ``"cuda"`` (each registration says which lines).
 
 from __future__ import annotations
 
-import contextlib
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -54,7 +53,7 @@ import torch
 from . import cuda_stand_ins
 from ._compat import warn_if_unverified
 from .cuda_on_cpu_registry import FACTORY_NAMES, RNG_NAMES
-from .cuda_stand_ins import CPU, Event, Stream, cpu_device, default_stream
+from .cuda_stand_ins import CPU, Event, Stream, StreamContext, cpu_device, default_stream
 
 __all__ = ["CPU_TORCH", "CPU_TORCH_ONE_DEVICE", "CpuTorchView", "CudaOnCpu", "Event", "Stream", "cpu_device"]
 
@@ -163,9 +162,8 @@ class CudaOnCpu(types.ModuleType):
     def default_stream(self, device: object = None) -> Stream:
         return default_stream()
 
-    @contextlib.contextmanager
-    def stream(self, stream: object) -> Iterator[None]:
-        yield
+    def stream(self, stream: object) -> StreamContext:
+        return StreamContext(stream)  # (entered more than once by megatron: a class, as torch's)
 
     # -- memory statistics: there is no device memory to account for
     def memory_allocated(self, device: object = None) -> int:
