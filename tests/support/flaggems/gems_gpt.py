@@ -89,19 +89,63 @@ def _random_batches(vocab: int, batch: int, seq: int, device: str):
         yield tokens
 
 
+# aten ops that only move or combine memory: where each is called from says which copy could be avoided
+_MEMORY_OPS = ("aten::copy_", "aten::add", "aten::add_", "aten::mul", "aten::fill_", "aten::zero_", "aten::cat")
+
+
+def _time_us(event: object, name: str) -> float:
+    """``event.<name>_device_time_total`` (``..._cuda_time_total`` on an older torch), without touching the
+    deprecated name where the new one exists."""
+    for attr in (f"{name}device_time_total", f"{name}cuda_time_total"):
+        if hasattr(type(event), attr) or attr in getattr(event, "__dict__", {}):
+            return float(getattr(event, attr) or 0)
+    return 0.0
+
+
+def _device_us(event: object) -> float:
+    return _time_us(event, "self_")
+
+
 def _write_profile(profiler: object, path: str, step_times: list[float]) -> None:
-    """Where two steps' time went: GPU kernel time against the steps' wall time, and the top ops each way."""
+    """Where two steps' time went: GPU kernel time against the steps' wall time, the top ops and kernels each way,
+    the aten ops by input shape, and the Python lines that call the memory-only ops (copies, additions, fills)."""
     events = profiler.key_averages()
-    device_us = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) for e in events)
+    device_us = sum(_device_us(e) for e in events)
     lines = [
         f"two steps: wall {sum(step_times) * 1e3:.1f} ms (profiled), GPU kernel time {device_us / 1e3:.1f} ms",
         "",
     ]
-    for key in ("self_cuda_time_total", "self_cpu_time_total"):
+    for key, rows in (("self_cuda_time_total", 80), ("self_cpu_time_total", 30)):
         try:
-            lines.append(events.table(sort_by=key, row_limit=30, max_name_column_width=60))
+            lines.append(events.table(sort_by=key, row_limit=rows, max_name_column_width=90))
         except Exception as exc:  # noqa: BLE001  (a torch version without that key)
             lines.append(f"{key}: {exc}")
+    try:  # the same ops told apart by their input shapes (needs record_shapes)
+        by_shape = profiler.key_averages(group_by_input_shape=True)
+        lines += ["", "aten ops by input shape (GPU time):"]
+        lines.append(by_shape.table(sort_by="self_cuda_time_total", row_limit=50, max_name_column_width=40))
+    except Exception as exc:  # noqa: BLE001
+        lines.append(f"by input shape: {exc}")
+    try:  # who calls the memory-only ops: the Python frames (with_stack, verbose) or, in backward, the autograd node
+        callers: dict[tuple[str, str], list[float]] = {}
+        for event in profiler.events():
+            if event.name not in _MEMORY_OPS:
+                continue
+            node, parent = "", event.cpu_parent
+            while parent is not None and not node:
+                if parent.name.startswith("autograd::engine::evaluate_function:"):
+                    node = parent.name.rpartition(": ")[2]
+                parent = parent.cpu_parent
+            frames = [f for f in (event.stack or []) if "site-packages/torch/" not in f and "built-in" not in f][:6]
+            where = f"backward of {node}" if node else " <- ".join(frames) or "?"
+            entry = callers.setdefault((event.name, where), [0.0, 0.0])
+            entry[0] += _time_us(event, "")
+            entry[1] += 1
+        lines += ["", "memory-only ops by caller (GPU time of their kernels, calls):"]
+        for (name, where), (us, calls) in sorted(callers.items(), key=lambda kv: -kv[1][0])[:40]:
+            lines.append(f"{us / 1e3:8.2f} ms {int(calls):5d}x {name}  {where}")
+    except Exception as exc:  # noqa: BLE001
+        lines.append(f"by caller: {exc}")
     with open(path, "w") as f:
         f.write("\n".join(lines))
     print(lines[0], flush=True)
@@ -356,7 +400,11 @@ def main() -> int:
     for step in range(steps):
         if args.profile and step == 6:
             profiler = torch.profiler.profile(
-                activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+                activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
+                record_shapes=True,
+                with_stack=True,
+                # (the Python frames of each event are kept only in verbose mode)
+                experimental_config=torch._C._profiler._ExperimentalConfig(verbose=True),
             )
             profiler.__enter__()
         if profiler is not None and step == 8:
