@@ -84,3 +84,18 @@ def pytest_collectreport(report: Any) -> None:
     """A module (or class) that could not be collected is one error line."""
     if report.failed:
         _write(report.nodeid, "error", "collection: " + _detail(report))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
+    """Under torchrun, a rank whose tests failed still exits 0 once they have all run.
+
+    torchrun ends every worker as soon as one exits non-zero. A file's tests that need no peer (most of a
+    file of single-process tests, run on every rank) finish at different times per rank: the first rank to
+    finish with a failure (pytest's exit status 1) had the others killed mid-file, and their remaining
+    outcomes were never written (12 of ``test_optimizer_cpu_offloading.py``'s 72 at 4 ranks). The
+    outcomes are this plugin's record; the exit status only has to let the other ranks finish. Any other
+    status (interrupted, internal error, usage error, no tests) is left as it is.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and exitstatus == pytest.ExitCode.TESTS_FAILED:
+        session.exitstatus = pytest.ExitCode.OK
