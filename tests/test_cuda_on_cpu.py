@@ -125,6 +125,7 @@ def test_install_redirects_and_uninstall_puts_every_original_back() -> None:
         "cuda_seed_seeds_the_cpu_generator": True,
         "autocast_dtype": "torch.float16",
         "backend": "gloo",
+        "mesh_device": "cpu",
         "memory_allocated": 0,
         "capability_raises": True,
         "problems": [],

@@ -71,6 +71,11 @@ with torch.autocast("cuda"):
     autocast_dtype = torch.mm(torch.ones(2, 2), torch.ones(2, 2)).dtype
 dist.init_process_group(backend="nccl", rank=0, world_size=1)
 backend = dist.get_backend()
+# a mesh on "cuda" (FSDP2, megatron-fsdp): gloo groups on the CPU; the impl finds torch's function through the
+# engine, not the (patched) module attribute, which recursed without end
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+
+mesh_device = init_device_mesh("cuda", (1,)).device_type
 dist.destroy_process_group()
 during = {
     "is_available": torch.cuda.is_available(),
@@ -95,6 +100,7 @@ during = {
     "cuda_seed_seeds_the_cpu_generator": torch.equal(drawn, torch.rand(3, generator=torch.Generator().manual_seed(7))),
     "autocast_dtype": str(autocast_dtype),
     "backend": backend,
+    "mesh_device": mesh_device,
     "memory_allocated": torch.cuda.memory_allocated(),
     "capability_raises": _raises(torch.cuda.get_device_capability),
     "problems": [

@@ -566,10 +566,18 @@ def new_subgroups_by_enumeration(*args: Any, **kwargs: Any) -> Any:
     return _rebackend(_NEW_SUBGROUPS_BY_ENUMERATION, args, kwargs, ("pg_options",))
 
 
-def _init_device_mesh_original() -> Callable[..., Any]:
-    import torch.distributed.device_mesh
+_INIT_DEVICE_MESH = "torch.distributed.device_mesh.init_device_mesh"
 
-    return _unwrapped(torch.distributed.device_mesh.init_device_mesh)
+
+def _init_device_mesh_original() -> Callable[..., Any]:
+    # The engine's record of torch's function: the module attribute, read at call time, is this impl
+    # once installed (reading it made every call recurse until RecursionError). The module must be loaded for
+    # the engine to know its original; imported here, not at the top: it is heavy and most runs build no mesh.
+    import torch.distributed.device_mesh  # noqa: F401
+
+    import fl_patch
+
+    return _unwrapped(fl_patch.original(_INIT_DEVICE_MESH))
 
 
 def init_device_mesh(device_type: str, *args: Any, **kwargs: Any) -> Any:
