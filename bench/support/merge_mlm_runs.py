@@ -2,7 +2,8 @@
 
 A fix found while a long run was going (a test dependency, a per-rank folder) is re-run on the files
 it touches; this puts the re-run's per-test outcomes, details and per-file records in place of the
-first run's for exactly those files, recomputes the summary and the comparison with world size 1,
+first run's for exactly those files, recomputes the summary, the transfer's regressions and gains (where
+both modes ran) and the comparison with world size 1,
 and records under ``reruns`` which files were replaced, why, and at which fl_patch revision.
 
     python bench/support/merge_mlm_runs.py BASE.json RERUN.json --why "..." [--compare WS1.json] -o OUT.json
@@ -38,6 +39,10 @@ def merge(base: dict, rerun: dict, why: str, at_one: dict[str, str] | None) -> d
         base.setdefault("reruns", []).append(
             {"files": sorted(files), "why": why, "fl_patch_rev": rerun["fl_patch_rev"]}
         )
+    if "off" in base["outcomes"] and "on" in base["outcomes"]:  # the transfer on against off, as the bench computes
+        off, on = base["outcomes"]["off"], base["outcomes"]["on"]
+        base["regressions"] = sorted(k for k, v in off.items() if v == "passed" and on.get(k) != "passed")
+        base["gained"] = sorted(k for k, v in on.items() if v == "passed" and off.get(k) != "passed")
     if at_one is not None and "on" in base["outcomes"]:
         here = base["outcomes"]["on"]
         base["compared"] |= {
