@@ -1,6 +1,8 @@
-"""The package's shape (issue 23): no import circle between fl_patch's modules, no class over 300 lines.
+"""The package's shape (issue 23): no import circle between fl_patch's modules, no class over 300 lines; and no
+impl that reads its own patched target when it runs.
 
-Both read the source with ``ast`` (nothing is imported), so they cost milliseconds. An import
+They read the source with ``ast`` (nothing is imported), so they cost milliseconds; the last one first asks a
+fresh interpreter for every pack's registrations (strings). An import
 counts where it is written at module level, including under ``if TYPE_CHECKING:`` (a type
 checker follows those too); imports inside functions are deferred on purpose and do not.
 """
@@ -117,3 +119,59 @@ def _long_classes() -> list[str]:
 
 def test_no_class_over_300_lines_outside_impls() -> None:
     assert _long_classes() == []
+
+
+# Every pack's registrations, as strings (a registry imports nothing of what it names): (target, impl) pairs.
+_REGISTRATIONS = """
+import json, fl_patch
+import fl_patch.impls.cpu.registry, fl_patch.impls.flaggems.registry
+from fl_patch.impls.cpu import cuda_on_cpu_registry as transfer
+pairs = {(r.target, r.impl) for r in fl_patch.report()}
+pairs |= {*transfer.TORCH_TARGETS, *transfer.MEGATRON_TARGETS, *transfer.WITHOUT_EXTENSIONS_TARGETS}
+print(json.dumps(sorted(pairs)))
+"""
+
+
+def _dotted(node: ast.AST) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
+
+
+def test_no_impl_reads_a_patched_target_when_it_runs() -> None:
+    """An impl reaches the original through what its module captured before the patch, or through
+    ``fl_patch.original``; never by reading the target's attribute when it runs, which is then the impl itself (the
+    CUDA-on-CPU ``init_device_mesh`` did: every call recursed until RecursionError). Checked in the source of every
+    module any pack's registrations name, against the targets that module's impls patch: a function body there that
+    reads one of them by its dotted name is reported (module-level reads happen at import, before the patch)."""
+    import json
+    import subprocess
+    import sys
+
+    from .conftest import clean_env
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _REGISTRATIONS], env=clean_env(FL_PATCH="0"), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    pairs = json.loads(proc.stdout.strip().splitlines()[-1])
+    # module of each impl -> the targets it patches (an impl's helpers live in its module)
+    own: dict[Path, set[str]] = {}
+    for target, impl in pairs:
+        name = impl.partition(":")[0]
+        for candidate in (name, name.rpartition(".")[0]):
+            path = PACKAGE / (candidate.removeprefix("fl_patch.").replace(".", "/") + ".py")
+            if candidate.startswith("fl_patch.") and path.is_file():
+                own.setdefault(path, set()).add(target)
+                break
+    assert len(pairs) > 150 and len(own) > 15, (len(pairs), len(own))
+    found = []
+    for path, targets in sorted(own.items()):
+        for function in ast.walk(ast.parse(path.read_text())):
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                for node in ast.walk(function):
+                    if isinstance(node, ast.Attribute) and _dotted(node) in targets:
+                        found.append(f"{path.name}:{node.lineno} {function.name} reads {_dotted(node)}")
+    assert not found, found
