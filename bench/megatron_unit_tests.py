@@ -217,6 +217,29 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# Left out of "rest": GPU-only or optional-package areas (inference kernels, elastic/generalized TP, resharding,
+# RL, tools, multimodal mimo, mamba's ssm kernels); everything else of tests/unit_tests not named above is in it.
+REST_EXCLUDED = (
+    "inference/",
+    "elastification/",
+    "generalized_tensor_parallel/",
+    "resharding/",
+    "rl/",
+    "tools/",
+    "models/mimo/",
+    "ssm/",
+)
+
+
+def rest_subset(unit_tests: Path) -> tuple[str, ...]:
+    """The named subset "rest": every ``test_*.py`` outside the default and wider subsets and :data:`REST_EXCLUDED`."""
+    named = {
+        f.relative_to(unit_tests).as_posix() for n in ("default", "wider") for f in test_files(unit_tests, SUBSETS[n])
+    }
+    every = sorted(p.relative_to(unit_tests).as_posix() for p in unit_tests.rglob("test_*.py"))
+    return tuple(f for f in every if f not in named and not f.startswith(REST_EXCLUDED))
+
+
 def test_files(unit_tests: Path, subset: tuple[str, ...]) -> list[Path]:
     """The test files a subset names (directories expanded to their ``test_*.py``, sorted)."""
     files: list[Path] = []
@@ -409,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--subset",
         default="default",
-        help=f"a named subset ({', '.join(SUBSETS)}) or comma-separated paths under tests/unit_tests",
+        help=f"a named subset ({', '.join(SUBSETS)}, rest) or comma-separated paths under tests/unit_tests",
     )
     parser.add_argument(
         "--modes", default="off,on", help="comma-separated: none (FL_PATCH=0), off (transfer off), on (transfer on)"
@@ -452,7 +475,10 @@ def main(argv: list[str] | None = None) -> int:
     if not unit_tests.is_dir():
         raise SystemExit(f"{root}: no tests/unit_tests here (pass a Megatron-LM checkout)")
     _ensure_deps(args.install_deps, args.deps_dir)
-    subset = SUBSETS.get(args.subset) or tuple(item.strip() for item in args.subset.split(",") if item.strip())
+    if args.subset == "rest":
+        subset = rest_subset(unit_tests)
+    else:
+        subset = SUBSETS.get(args.subset) or tuple(item.strip() for item in args.subset.split(",") if item.strip())
     files = test_files(unit_tests, subset)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     for mode in modes:

@@ -58,7 +58,7 @@ import torch.utils._device
 
 from . import cuda_stand_ins
 from .cuda_on_cpu_registry import FACTORY_NAMES
-from .cuda_stand_ins import CPU, Event, Stream, StreamContext, cpu_device, is_cuda_device
+from .cuda_stand_ins import CPU, STREAM_CONTEXT, Event, Stream, StreamContext, cpu_device, is_cuda_device
 
 __all__ = [
     "FACTORIES",
@@ -499,7 +499,7 @@ def stream(stream: object) -> StreamContext:
     Upstream reference: torch 2.13, ``torch/cuda/__init__.py``.
     Drop when: callers use ``torch.accelerator`` streams.
     """
-    return StreamContext(stream)
+    return STREAM_CONTEXT
 
 
 # --------------------------------------------------------------------------- distributed
@@ -570,14 +570,12 @@ _INIT_DEVICE_MESH = "torch.distributed.device_mesh.init_device_mesh"
 
 
 def _init_device_mesh_original() -> Callable[..., Any]:
-    # The engine's record of torch's function: the module attribute, read at call time, is this impl
-    # once installed (reading it made every call recurse until RecursionError). The module must be loaded for
-    # the engine to know its original; imported here, not at the top: it is heavy and most runs build no mesh.
-    import torch.distributed.device_mesh  # noqa: F401
-
+    # The engine's record of torch's function: the module attribute, read at call time, is this impl once
+    # installed (reading it made every call recurse until RecursionError). device_mesh is loaded: this impl is
+    # called only from there.
     import fl_patch
 
-    return _unwrapped(fl_patch.original(_INIT_DEVICE_MESH))
+    return fl_patch.original(_INIT_DEVICE_MESH)
 
 
 def init_device_mesh(device_type: str, *args: Any, **kwargs: Any) -> Any:

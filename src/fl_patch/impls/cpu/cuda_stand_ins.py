@@ -39,6 +39,7 @@ import torch
 
 __all__ = [
     "CPU",
+    "STREAM_CONTEXT",
     "Event",
     "Stream",
     "StreamContext",
@@ -240,16 +241,20 @@ class StreamContext:
     fails the second time: "'_GeneratorContextManager' object has no attribute 'args'").
     """
 
-    __slots__ = ("stream",)
+    __slots__ = ()
 
-    def __init__(self, stream: object = None) -> None:
-        self.stream = stream
+    def __init__(self, stream: object = None) -> None:  # (torch's signature; the stream changes nothing here)
+        pass
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, *exc: object) -> Literal[False]:
         return False
+
+
+STREAM_CONTEXT = StreamContext()
+"""The one context every ``torch.cuda.stream(...)`` stand-in returns: it holds nothing, so it can be shared."""
 
 
 # --------------------------------------------------------------------------- NVTX

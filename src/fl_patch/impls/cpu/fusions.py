@@ -44,28 +44,27 @@ class IndicesToMultihot(torch.autograd.Function):
             )
         experts = int(num_of_local_experts)
         # An entry routes when it names a local expert; -1 (megatron's "no expert") and any index outside
-        # [0, experts) write nothing. Those go to one spare column, dropped after the scatter.
+        # [0, experts) write nothing: those go to one spare column, dropped after the scatter (and read as 0
+        # by the backward).
         valid = (indices >= 0) & (indices < experts)
         column = torch.where(valid, indices, experts).long()
         tokens = indices.shape[0]
         multihot = torch.zeros(tokens, experts + 1, dtype=torch.bool, device=indices.device)
-        multihot.scatter_(1, column, valid)
+        multihot.scatter_(1, column, True)
         probs = torch.zeros(tokens, experts + 1, dtype=probs_indices.dtype, device=probs_indices.device)
-        probs.scatter_(1, column, torch.where(valid, probs_indices, torch.zeros_like(probs_indices)))
-        ctx.save_for_backward(column, valid)
-        ctx.experts = experts
+        probs.scatter_(1, column, probs_indices)
+        ctx.save_for_backward(column)
         return multihot[:, :experts].contiguous(), probs[:, :experts].contiguous()
 
     @staticmethod
     def backward(
         ctx: Any, grad_multihot: torch.Tensor | None, grad_probs: torch.Tensor | None
     ) -> tuple[None, torch.Tensor | None, None]:
-        column, valid = ctx.saved_tensors
+        (column,) = ctx.saved_tensors
         if grad_probs is None:
             return None, None, None
         padded = torch.nn.functional.pad(grad_probs, (0, 1))  # the spare column: gradient 0
-        grad_indices = padded.gather(1, column)
-        return None, torch.where(valid, grad_indices, torch.zeros_like(grad_indices)), None
+        return None, padded.gather(1, column), None
 
 
 def fused_indices_to_multihot(

@@ -340,9 +340,8 @@ def hybrid_optimizer_param_groups(self: Any, offload_fraction: float) -> tuple[A
     Drop when: upstream splits by an explicit device choice rather than ``is_cuda``.
     """
     params = [param for group in self.param_groups for param in group["params"]]
-    on_device = [param for param in params if param.is_cuda or param.device.type == "cpu"]
-    threshold = sum(param.numel() for param in on_device) * offload_fraction
-    device_ids = {id(param) for param in on_device}
+    on_device = {id(param): param for param in params if param.is_cuda or param.device.type == "cpu"}
+    threshold = sum(param.numel() for param in on_device.values()) * offload_fraction
     offloaded = 0
     host_groups: list[dict[str, Any]] = []
     device_groups: list[dict[str, Any]] = []
@@ -354,7 +353,7 @@ def hybrid_optimizer_param_groups(self: Any, offload_fraction: float) -> tuple[A
         device_group = {**group, "params": []}
         for original in group["params"]:
             inner = original
-            offload = offloaded < threshold and id(original) in device_ids
+            offload = offloaded < threshold and id(original) in on_device
             if offload:
                 inner = original.detach().clone().cpu()
                 if self.pin_cpu_params and original.is_cuda:

@@ -53,7 +53,7 @@ import torch
 from . import cuda_stand_ins
 from ._compat import warn_if_unverified
 from .cuda_on_cpu_registry import FACTORY_NAMES, RNG_NAMES
-from .cuda_stand_ins import CPU, Event, Stream, StreamContext, cpu_device, default_stream
+from .cuda_stand_ins import CPU, STREAM_CONTEXT, Event, Stream, StreamContext, cpu_device, default_stream
 
 __all__ = ["CPU_TORCH", "CPU_TORCH_ONE_DEVICE", "CpuTorchView", "CudaOnCpu", "Event", "Stream", "cpu_device"]
 
@@ -163,7 +163,7 @@ class CudaOnCpu(types.ModuleType):
         return default_stream()
 
     def stream(self, stream: object) -> StreamContext:
-        return StreamContext(stream)  # (entered more than once by megatron: a class, as torch's)
+        return STREAM_CONTEXT  # (entered more than once by megatron: a class, as torch's)
 
     # -- memory statistics: there is no device memory to account for
     def memory_allocated(self, device: object = None) -> int:
