@@ -355,11 +355,13 @@ def redact_argv(argv: list[str]) -> list[str]:
             redact_next = False
             continue
         option = word.startswith("-") and len(word) > 1 and not word[1:2].isdigit()  # -0.5 is a value
-        if option and "=" not in word and (names_secret(word) or word in _PASSWORD_SHORT_OPTIONS):
+        if option and not word.startswith("--") and word[:2] in _PASSWORD_SHORT_OPTIONS and len(word) > 2:
+            # -pSECRET (mysql's form), asked first: an attached value may itself look like a secret's name
+            # (-p00000KEY), which the next branch would keep as an option and redact the word after instead
+            out.append(word[:2] + REDACTED)
+        elif option and "=" not in word and (names_secret(word) or word in _PASSWORD_SHORT_OPTIONS):
             out.append(word)
             redact_next = True  # --token X, -p X
-        elif option and not word.startswith("--") and word[:2] in _PASSWORD_SHORT_OPTIONS and len(word) > 2:
-            out.append(word[:2] + REDACTED)  # -pSECRET (mysql's form)
         elif option and "=" in word and names_secret(word.split("=", 1)[0]):
             out.append(word.split("=", 1)[0] + "=" + REDACTED)
         else:
