@@ -13,6 +13,10 @@ this repo ``--no-deps -e``) it runs, each in a fresh process, with a time limit:
   ``--use-distributed-optimizer``, save at 4, resume to 8, the resumed iterations' losses
   compared with an uninterrupted run.
 
+- ``te_tp2_sp`` / ``te_moe_mla`` (``--configs``): the recipes' configurations, torchrun 2 ranks, 6
+  iterations, the loss must fall: megatron's default TE spec at TP=2 with sequence parallelism; the TE
+  spec with 4 experts top-2 (alltoall, EP=2, grouped GEMM) and multi-latent attention.
+
 Each cell is ``ok`` (with a figure) or the last line of the error. Run::
 
     scripts/version_venvs.sh 0.17.1 0.18.2 0.19.2
@@ -195,6 +199,41 @@ def tp2(python: str, tree: Path, work: Path, timeout: int) -> dict[str, object]:
     return {"ok": False, "cell": _error_line(out), "seconds": round(took, 1)}
 
 
+# The recipes' model configurations (issue "model configurations"): megatron's default TE spec (fl_patch's
+# TE-compatible modules without TE), MoE with expert parallelism, multi-latent attention.
+TE_SPEC = ["--transformer-impl", "transformer_engine"]
+MOE_EP2 = (
+    "--num-experts 4 --moe-router-topk 2 --moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 "
+    "--moe-ffn-hidden-size 64 --moe-grouped-gemm"
+).split()
+MLA = (
+    "--multi-latent-attention --q-lora-rank 32 --kv-lora-rank 32 --qk-head-dim 16 --qk-pos-emb-head-dim 16 "
+    "--v-head-dim 16 --rotary-scaling-factor 2 --position-embedding-type rope"
+).split()
+
+
+def _trains(rc: int, out: str, took: float, iters: int) -> dict[str, object]:
+    losses = [float(x) for x in LOSS.findall(out)]
+    if rc == 0 and len(losses) >= iters:
+        falls = losses[-1] < losses[0]
+        cell = f"trains (loss {losses[0]:.4f} -> {losses[-1]:.4f})" if falls else f"loss does not fall: {losses}"
+        return {"ok": falls, "cell": cell, "seconds": round(took, 1)}
+    return {"ok": False, "cell": _error_line(out), "seconds": round(took, 1)}
+
+
+def te_tp2_sp(python: str, tree: Path, work: Path, timeout: int) -> dict[str, object]:
+    """The TE spec at TP=2 with sequence parallelism, torchrun 2 ranks, 6 iterations."""
+    run = _pretrain_dir(tree, work)
+    extra = [*TE_SPEC, "--train-iters", "6", "--tensor-model-parallel-size", "2", "--sequence-parallel"]
+    return _trains(*_torchrun(python, run, extra, timeout), iters=6)
+
+
+def te_moe_mla(python: str, tree: Path, work: Path, timeout: int) -> dict[str, object]:
+    """The TE spec, 4 experts top-2 (alltoall, EP=2, grouped GEMM) and MLA, torchrun 2 ranks, 6 iterations."""
+    run = _pretrain_dir(tree, work)
+    return _trains(*_torchrun(python, run, [*TE_SPEC, *MOE_EP2, *MLA, "--train-iters", "6"], timeout), iters=6)
+
+
 def dp2_save_resume(python: str, tree: Path, work: Path, timeout: int) -> dict[str, object]:
     """DP=2, distributed optimizer: 8 iterations straight, and 4 + resume to 8; iterations 5-8 must match."""
     run = _pretrain_dir(tree, work)
@@ -245,11 +284,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--megatron-lm", action="append", default=[], help="VERSION=DIR: that release's Megatron-LM tree")
     p.add_argument("--columns", default="check,demo,pretrain_cpu,pretrain_gpt")
     p.add_argument("--distributed", action="store_true", help="also tp2 and dp2_save_resume (torchrun, 2 ranks)")
+    p.add_argument(
+        "--configs",
+        action="store_true",
+        help="also te_tp2_sp and te_moe_mla (TE spec, MoE EP=2, MLA; torchrun 2 ranks)",
+    )
     p.add_argument("--timeout", type=int, default=600)
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
     trees = dict(item.split("=", 1) for item in args.megatron_lm)
     columns = args.columns.split(",") + (["tp2", "dp2_save_resume"] if args.distributed else [])
+    columns += ["te_tp2_sp", "te_moe_mla"] if args.configs else []
     results: dict[str, dict[str, dict[str, object]]] = {}
     for version in args.versions.split(","):
         python = str(Path(args.venvs) / version / "bin" / "python")

@@ -403,3 +403,36 @@ def test_grouped_gemm_is_trusted_only_after_it_matches_the_per_expert_loop(monke
     # CPU tensors never reach it: the reason is said, and the loop runs
     x = torch.randn(6, 8)
     assert te._grouped_reason(x, [torch.randn(8, 8)] * 2) == "input on cpu (the grouped GEMM needs CUDA)"
+
+
+@pytest.mark.parametrize("impl_name", ["te.weighted_bias_swiglu_impl", "mlp.bias_swiglu_impl"])
+def test_parameters_of_a_later_release_reach_upstream_as_passed(
+    impl_name: str, megatron_core, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Megatron-LM main (0.20) added ``clamp_value`` to both SwiGLU functions. The pack's takes main's calls
+    (positional or keyword); left at None they change nothing, set they go to upstream as passed, said once."""
+    import importlib
+
+    module_name, function_name = impl_name.split(".")
+    module = importlib.import_module(f"fl_patch.impls.flaggems.{module_name}")
+    impl = getattr(module, function_name)
+    upstream_calls: list[tuple] = []
+
+    def upstream(*args: object, **kwargs: object) -> str:
+        upstream_calls.append((args[4:], kwargs))  # after (input, bias, weights | fp8, fp8 | offload)
+        return "upstream"
+
+    monkeypatch.setattr(fl_patch, "original", lambda target: upstream)
+    monkeypatch.setattr(module, "kernel_unavailable", lambda *tensors: None)  # as on a GPU
+    monkeypatch.setattr(module.ops, "swiglu", lambda x, bias=None: x[..., : x.shape[-1] // 2])
+    _runtime.reset_fallbacks()
+    x, weights = torch.randn(4, 8), torch.rand(4, 1)
+    second = weights if module_name == "te" else False  # (input, bias, weights | fp8_input_store, ...)
+    for extra_args, extra_kwargs in (((), {}), ((False, None), {}), ((False,), {"clamp_value": None})):
+        assert impl(x, None, second, *extra_args, **extra_kwargs) != "upstream"
+    assert not upstream_calls and not _runtime.FALLBACKS
+    assert impl(x, None, second, False, 7.0) == "upstream"
+    assert impl(x, None, second, False, clamp_value=7.0) == "upstream"
+    assert upstream_calls == [((7.0,), {}), ((), {"clamp_value": 7.0})]
+    assert sum(_runtime.FALLBACKS.values()) == 2
+    assert all("clamp_value=7.0" in reason for _, reason in _runtime.FALLBACKS), _runtime.FALLBACKS

@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -33,52 +34,103 @@ def _port() -> str:
         return str(s.getsockname()[1])
 
 
-def _module_level_te_names(path: Path) -> set[str]:
+def _module_level_te_names(text: str) -> set[str]:
     """TE class names a megatron module binds at module level from ``extensions.transformer_engine``."""
     names: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)  # upstream's own invalid escapes in some releases
+        warnings.simplefilter("ignore", DeprecationWarning)
+        tree = ast.parse(text)
+    for node in tree.body:
         for sub in ast.walk(node):
             if isinstance(sub, ast.ImportFrom) and sub.module == "megatron.core.extensions.transformer_engine":
                 names |= {alias.asname or alias.name for alias in sub.names} & TE_CLASSES
     return names
 
 
-def test_registered_names_are_what_megatron_binds() -> None:
-    """Every (module, TE name) registered is bound at module level by the installed megatron-core, and every
-    megatron-core module that binds a TE class name is registered or listed as left, with why (read from the
-    installed source: a module or name megatron adds is noticed)."""
-    from fl_patch.impls.cpu import te_registry
+def _release_sources() -> list[str]:
+    """Every megatron-core release at hand: the installed one, the other releases' wheels (scripts/bootstrap.sh
+    downloads them; CI has them), and a Megatron-LM main tree where ``MEGATRON_LM_MAIN`` names one."""
+    installed = Path(importlib.util.find_spec("megatron").submodule_search_locations[0]).parent  # type: ignore[index]
+    sources = [str(installed), *(str(w) for w in sorted((REPO / ".cache" / "wheels").glob("megatron_core-*.whl")))]
+    main = os.environ.get("MEGATRON_LM_MAIN")
+    if main and (Path(main) / "megatron" / "core").is_dir():
+        sources.append(main)
+    return sources
 
-    root = Path(importlib.util.find_spec("megatron").submodule_search_locations[0]) / "core"  # type: ignore[index]
-    registered = dict(te_registry.TE_NAME_TARGETS)
-    assert len(registered) == len(te_registry.TE_NAME_TARGETS), "a module listed twice"
+
+@pytest.mark.parametrize("source", _release_sources(), ids=lambda s: Path(s).name)
+def test_registered_names_are_what_each_release_binds(source: str) -> None:
+    """For each release: every (module, TE name) registered for it is bound at module level there, and every
+    megatron-core module that binds a TE class name is registered for it or listed as left, with why (read from
+    that release's source: a module or name megatron adds, moves or renames is noticed)."""
+    from fl_patch.core.gates import parse_gate
+    from fl_patch.impls.cpu import te_registry
+    from fl_patch.introspection.drift import open_source
+
+    release = open_source(source)
+    assert release.version, source
+
+    def binds(module: str) -> set[str]:
+        path = release.module_file(f"megatron.core.{module}")
+        return _module_level_te_names(release.read(path) or "") if path else set()
+
+    pairs = [(m, n, r) for m, names, r in te_registry.TE_NAME_TARGETS for n in names]
+    assert len({(m, n) for m, n, _ in pairs}) == len(pairs), "a (module, name) listed twice"
+    registered: dict[str, set[str]] = {}
+    for module, name, requires in pairs:
+        gate = parse_gate(requires, f"{module}.{name}")
+        if gate is None or gate.allows(release.version):
+            registered.setdefault(module, set()).add(name)
     for module, names in registered.items():
-        bound = _module_level_te_names(root / (module.replace(".", "/") + ".py"))
-        wanted = set(names) - {"TESpecProvider"}
-        assert wanted <= bound, (module, wanted - bound)
+        bound = binds(module)
+        wanted = names - {"TESpecProvider"}
+        assert wanted <= bound, (release.version, module, wanted - bound)
         if module != "extensions.transformer_engine_spec_provider":  # MagicMock names there: docstring
-            assert bound <= wanted, (module, bound - wanted)  # the module binds a TE name left as upstream's
+            assert bound <= wanted, (release.version, module, bound - wanted)  # a TE name left as upstream's
     binding = {
-        path.relative_to(root).with_suffix("").as_posix().replace("/", "."): names
-        for path in sorted(root.rglob("*.py"))
-        if (names := _module_level_te_names(path))
+        module[len("megatron.core.") :]: names
+        for module in release.modules()
+        if module.startswith("megatron.core.") and (names := binds(module[len("megatron.core.") :]))
     }
     binding["extensions.transformer_engine"] = TE_CLASSES  # defines them (no import of itself)
     unaccounted = {m: n for m, n in binding.items() if m not in registered and m not in te_registry.TE_NAMES_LEFT}
     assert not unaccounted, (
-        f"megatron modules binding TE classes, neither registered nor left with a reason: {unaccounted}"
+        f"megatron-core {release.version}: modules binding TE classes, neither registered nor left with a reason: "
+        f"{unaccounted}"
     )
     assert set(te_registry.TE_NAMES_LEFT).isdisjoint(registered)
-    assert set(te_registry.TE_NAMES_LEFT) <= set(binding), set(te_registry.TE_NAMES_LEFT) - set(binding)
+
+
+def test_te_registry_tables_are_well_formed() -> None:
+    """Every module left has a reason and is bound by some release; every class named exists in te_modules."""
+    from fl_patch.impls.cpu import te_registry
+    from fl_patch.introspection.drift import open_source
+
+    bound_somewhere: set[str] = {"extensions.transformer_engine"}
+    for source in _release_sources():
+        release = open_source(source)
+        for module in te_registry.TE_NAMES_LEFT:
+            path = release.module_file(f"megatron.core.{module}")
+            if path and _module_level_te_names(release.read(path) or ""):
+                bound_somewhere.add(module)
+    # a module left only for Megatron-LM main (its reason says "(main)") is checked where a main tree is at hand
+    main_only = (
+        set()
+        if os.environ.get("MEGATRON_LM_MAIN")
+        else {m for m, reason in te_registry.TE_NAMES_LEFT.items() if reason.startswith("(main)")}
+    )
+    assert set(te_registry.TE_NAMES_LEFT) - bound_somewhere <= main_only, (
+        set(te_registry.TE_NAMES_LEFT) - bound_somewhere
+    )
     assert all(reason.strip() for reason in te_registry.TE_NAMES_LEFT.values())
     assert set(te_registry.TE_CLASS_NAMES) == TE_CLASSES
     # every class the registry names exists in te_modules (resolved without megatron's model parallel state)
     source = (REPO / "src" / "fl_patch" / "impls" / "cpu" / "te_modules.py").read_text()
     defined = {n.name for n in ast.parse(source).body if isinstance(n, ast.ClassDef)}
-    assert {name for names in registered.values() for name in names} <= defined
+    assert {name for _, names, _ in te_registry.TE_NAME_TARGETS for name in names} <= defined
 
 
-@pytest.mark.slow
 def test_te_spec_module_tree_checkpoints_moe_mla() -> None:
     """One process: TE's module tree and checkpoint keys, the local model's losses, checkpoints TE<->local,
     MoE grouped GEMM on/off (interchangeable checkpoints), MLA with YaRN, fp8 refused by name."""

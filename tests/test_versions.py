@@ -229,6 +229,11 @@ OLD_STYLE_REGISTRY = """
                       "fl_patch.impls.cpu.training_functions.get_device_arch_version", vendor="cpu")
     fl_patch.register("megatron.core.transformer.moe.ops.paged_stash", "fl_patch.impls.cpu.paged_stash_ops", vendor="cpu")
     fl_patch.register("megatron.training.initialize._warmup_jit_function", "fltest_old_style.warmup", vendor="cpu")
+    # create=True creates a missing name, not its module: 0.17 has no models.hybrid (0.18 renamed mamba so)
+    fl_patch.register("megatron.core.models.hybrid.hybrid_block.TENorm", "fl_patch.impls.cpu.te_modules.TENorm",
+                      vendor="cpu", create=True)
+    fl_patch.register("megatron.core.models.gpt.gpt_layer_specs.NOT_THERE_YET", "fltest_old_style.warmup",
+                      vendor="cpu", create=True)
     W = "megatron.training.initialize._warmup_jit_function"
     def warmup(tp_size=None):
         return fl_patch.original(W)(tp_size=tp_size)
@@ -262,6 +267,9 @@ def test_check_against_wheels_predicts_moves_and_forwarding(run_python, tmp_path
     assert moved["level"] == "error" and moved["moved_to"][0] == "megatron.training.utils.get_device_arch_version"
     stash = found["megatron.core.transformer.moe.ops.paged_stash"]
     assert stash["level"] == "error" and "megatron.core.transformer.moe.paged_stash" not in stash["moved_to"]
+    hybrid = found["megatron.core.models.hybrid.hybrid_block.TENorm"]
+    assert hybrid["level"] == "error" and "has no 'hybrid'" in hybrid["findings"][0], hybrid
+    assert found["megatron.core.models.gpt.gpt_layer_specs.NOT_THERE_YET"]["level"] == "warning"  # created there
     warm = found["megatron.training.initialize._warmup_jit_function"]
     assert warm["level"] == "error" and any("has no parameter 'tp_size'" in f for f in warm["findings"])
     # ... and the text form says the same; no megatron module was imported for it.

@@ -523,7 +523,10 @@ def _one(source: MegatronSource, reg: object) -> DriftResult:
         return result
     found, why = resolve(source, target)
     if found is None:
-        if reg.create:  # type: ignore[attr-defined]
+        # create=True creates the last name only: its holder (a module or a class) must exist, as the engine
+        # requires when it applies (a missing holder is "target missing" there too)
+        holder, _ = resolve(source, target.rpartition(".")[0])
+        if reg.create and holder is not None and holder.kind in ("module", "class"):  # type: ignore[attr-defined]
             result.level = "warning"
             result.findings.append(f"not there ({why}): created (create=True)")
             return result

@@ -18,7 +18,7 @@ it directly gets upstream's stand-in, as without fl_patch. Registered for vendor
 found: with TE installed, nothing here applies and megatron uses TE itself. Strings only; no
 import of torch or megatron.
 
-Upstream reference: megatron-core 0.19.2. Drop when: TE (or TE-FL) is installed everywhere
+Upstream reference: megatron-core 0.17.1, 0.18.2, 0.19.2 and Megatron-LM main (0.20.0). Drop when: TE (or TE-FL) is installed everywhere
 this runs, or megatron-core ships a backend without TE.
 """
 
@@ -53,22 +53,32 @@ TE_CLASS_NAMES: tuple[str, ...] = (
 )
 """The TE wrapper classes ``te_modules`` provides (megatron-core's names)."""
 
-TE_NAME_TARGETS: tuple[tuple[str, tuple[str, ...]], ...] = (
+_FROM_018 = "megatron-core>=0.18"  # 0.18 renamed the mamba model family "hybrid" (models/, ssm/, modelopt/)
+_UNTIL_018 = "megatron-core<0.18"
+
+TE_NAME_TARGETS: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     # Its TE class names (and models.backends') are upstream's MagicMock subclasses, bound unconditionally:
     # fl_patch puts no class of another signature there; the provider returns the classes itself.
-    ("extensions.transformer_engine_spec_provider", ("TESpecProvider",)),
-    ("models.gpt.gpt_layer_specs", ("TENorm", "TESpecProvider")),
+    ("extensions.transformer_engine_spec_provider", ("TESpecProvider",), None),
+    ("models.gpt.gpt_layer_specs", ("TENorm", "TESpecProvider"), None),
     (
         "models.bert.bert_layer_specs",
         ("TEDotProductAttention", "TELayerNormColumnParallelLinear", "TERowParallelLinear"),
+        None,
     ),
-    ("transformer.attention", ("TELinear", "TENorm")),
-    ("transformer.multi_latent_attention", ("TEColumnParallelLinear", "TELayerNormColumnParallelLinear", "TELinear")),
-    ("transformer.experimental_attention_variant.absorbed_mla", ("TEColumnParallelLinear", "TELinear")),
+    ("transformer.attention", ("TELinear",), None),
+    ("transformer.attention", ("TENorm",), _FROM_018),
+    (
+        "transformer.multi_latent_attention",
+        ("TEColumnParallelLinear", "TELayerNormColumnParallelLinear", "TELinear"),
+        None,
+    ),
+    ("transformer.experimental_attention_variant.absorbed_mla", ("TEColumnParallelLinear", "TELinear"), None),
     # The other model families' TE specs: the same classes under the same names.
     (
         "models.gpt.heterogeneous.heterogeneous_layer_specs",
         ("TEDotProductAttention", "TELayerNormColumnParallelLinear", "TENorm", "TERowParallelLinear"),
+        None,
     ),
     (
         "models.hybrid.hybrid_layer_specs",
@@ -80,8 +90,22 @@ TE_NAME_TARGETS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "TENorm",
             "TERowParallelLinear",
         ),
+        _FROM_018,
     ),
-    ("models.hybrid.hybrid_block", ("TELayerNormColumnParallelLinear", "TENorm")),  # "Hybrid always uses TE"
+    ("models.hybrid.hybrid_block", ("TENorm",), _FROM_018),  # "Hybrid always uses TE"
+    ("models.hybrid.hybrid_block", ("TELayerNormColumnParallelLinear",), "megatron-core>=0.19"),
+    (
+        "models.mamba.mamba_layer_specs",
+        (
+            "TEColumnParallelLinear",
+            "TEDotProductAttention",
+            "TELayerNormColumnParallelLinear",
+            "TENorm",
+            "TERowParallelLinear",
+        ),
+        _UNTIL_018,
+    ),
+    ("ssm.mamba_block", ("TENorm",), _UNTIL_018),
     (
         "models.T5.t5_spec",
         (
@@ -91,22 +115,30 @@ TE_NAME_TARGETS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "TENorm",
             "TERowParallelLinear",
         ),
+        None,
     ),
     (
         "models.vision.vit_layer_specs",
         ("TEDotProductAttention", "TELayerNormColumnParallelLinear", "TERowParallelLinear"),
+        None,
     ),
     (
         "models.multimodal.llava_spec",
         ("TEDotProductAttention", "TELayerNormColumnParallelLinear", "TENorm", "TERowParallelLinear"),
+        None,
     ),
-    ("post_training.modelopt.gpt.model_specs", ("TEDotProductAttention",)),
-    ("post_training.modelopt.hybrid.model_specs", ("TEDotProductAttention", "TENorm")),
+    ("post_training.modelopt.gpt.model_specs", ("TEDotProductAttention",), None),
+    ("post_training.modelopt.hybrid.model_specs", ("TEDotProductAttention", "TENorm"), _FROM_018),
+    ("post_training.modelopt.mamba.model_specs", ("TEDotProductAttention",), _UNTIL_018),
+    # megatron-FSDP marks a TP-duplicated TELinear's parameters (isinstance against this name) in 0.17 only.
+    ("distributed.fsdp.mcore_fsdp_adapter", ("TELinear",), _UNTIL_018),
 )
-"""``(megatron.core submodule, names)``: every module-level TE class name megatron-core binds, but those of
+"""``(megatron.core submodule, names, requires)``: every module-level TE class name megatron-core binds, with the
+releases that bind it (``requires``: a version range, None for every supported release), but those of
 :data:`TE_NAMES_LEFT` (a name bound to the replaced upstream ``TESpecProvider`` class, as in ``moe_module_specs``,
-follows it: fl_patch rebinds aliases). ``tests/test_te_spec.py`` re-reads the installed megatron-core: a module
-that binds a TE class name and is in neither table fails it."""
+follows it: fl_patch rebinds aliases). ``tests/test_te_spec.py`` re-reads each release's source (the installed
+megatron-core and the other releases' wheels): a (module, name) bound there must be registered for that release or
+left, and one registered for it must be bound there."""
 
 TE_NAMES_LEFT: dict[str, str] = {
     "extensions.transformer_engine": "TE's wrappers themselves (upstream's MagicMock stand-ins without TE); loads "
@@ -125,6 +157,8 @@ TE_NAMES_LEFT: dict[str, str] = {
     "models.vision.clip_vit_model": "binds TENorm only when `import transformer_engine` succeeds; without TE its "
     "torch LayerNorm is fixed in CLIPViTModel.__init__'s defaults (upstream cannot build it)",
     "transformer.transformer_block": "TENorm is reached only as LayerNormImpl (replaced: TE_ALIAS_TARGETS)",
+    "models.vision.vit_model": "(main) binds _NORM_IMPL = TENorm at import and asserts HAVE_TE in its constructors: "
+    "upstream refuses to build it without TE",
 }
 """``megatron.core`` modules that bind TE class names left as upstream's, and why."""
 
@@ -160,11 +194,13 @@ def register_te_spec(vendor: str = "cpu") -> None:
     """Register the TE-compatible modules for ``vendor``, unless Transformer Engine is installed."""
     if te_installed():
         return
-    for module, names in TE_NAME_TARGETS:
+    for module, names, requires in TE_NAME_TARGETS:
         for name in names:
             # create=True: these names are None (or a MagicMock subclass) on purpose where TE is absent, and
             # replacing upstream's "TE is not installed" None is exactly the point here.
-            register(target=f"{_MC}.{module}.{name}", impl=f"{_MOD}.{name}", vendor=vendor, create=True)
+            register(
+                target=f"{_MC}.{module}.{name}", impl=f"{_MOD}.{name}", vendor=vendor, create=True, requires=requires
+            )
     for target, name in TE_ALIAS_TARGETS:
         register(target=f"{_MC}.{target}", impl=f"{_MOD}.{name}", vendor=vendor)
     for name in TE_MOE_FUSIONS:

@@ -31,6 +31,7 @@ __all__ = [
     "fallback_summary",
     "interpreting",
     "kernel_unavailable",
+    "later_parameters_reason",
     "note_once",
     "reset_fallbacks",
     "use_backend",
@@ -97,6 +98,20 @@ def kernel_unavailable(*tensors: object) -> str | None:
 
 _DETERMINISTIC_ENV = os.environ.get("FL_PATCH_DETERMINISTIC", "") == "1"
 _deterministic_config = False  # a model config with deterministic_mode=True was built in this process
+
+
+def later_parameters_reason(names: tuple[str, ...], args: tuple[object, ...], kwargs: dict[str, object]) -> str | None:
+    """Why a call that set parameters of a later megatron release must run upstream, or None.
+
+    A pack function replaces one of megatron's at every supported release, so it takes the
+    parameters later releases added (``names``, in upstream's positional order, after the ones
+    the pack knows) as ``*args``/``**kwargs``. Left at None they change nothing; set, they ask
+    for behaviour the kernel does not have, and the call goes to upstream as passed.
+    """
+    extra = dict(zip(names, args, strict=False)) | kwargs
+    if len(args) > len(names):
+        extra["<more positional arguments>"] = args[len(names) :]
+    return ", ".join(f"{name}={value!r}" for name, value in extra.items() if value is not None) or None
 
 
 def note_config(config: object) -> None:

@@ -35,7 +35,7 @@ from megatron.core.typed_torch import apply_module
 import fl_patch
 
 from . import ops
-from ._runtime import fallback, kernel_unavailable
+from ._runtime import fallback, kernel_unavailable, later_parameters_reason
 
 if TYPE_CHECKING:  # megatron has no types: these are Any to mypy, named for the reader
     from megatron.core.transformer.mlp import MLP
@@ -99,13 +99,13 @@ def bias_swiglu_impl(
     Parameters of later releases (main's ``clamp_value``) arrive in ``args``/``kwargs`` and go
     to upstream as passed; any set to a value the kernel does not implement falls back.
     """
-    extra = dict(zip(("clamp_value",), args, strict=False)) | kwargs
+    later = later_parameters_reason(("clamp_value",), args, kwargs)
     if fp8_input_store:
         reason: str | None = "fp8_input_store"
     elif cpu_offload_input:
         reason = "cpu_offload_input"
-    elif any(value is not None for value in extra.values()):
-        reason = ", ".join(f"{name}={value!r}" for name, value in extra.items())
+    elif later is not None:
+        reason = later
     elif input.dtype not in _DTYPES:
         reason = f"dtype {input.dtype}"
     elif bias is not None and bias.dtype != input.dtype:

@@ -45,7 +45,7 @@ import torch
 import fl_patch
 
 from . import ops
-from ._runtime import fallback, kernel_unavailable
+from ._runtime import fallback, kernel_unavailable, later_parameters_reason
 
 __all__ = [
     "ATTENTION",
@@ -210,11 +210,22 @@ def grouped_matmul(x: torch.Tensor, weights: list[torch.Tensor], splits: list[in
 
 # --------------------------------------------------------------------------- MoE weighted SwiGLU
 def weighted_bias_swiglu_impl(
-    input: torch.Tensor, bias: torch.Tensor | None, weights: torch.Tensor, fp8_input_store: bool = False
+    input: torch.Tensor,
+    bias: torch.Tensor | None,
+    weights: torch.Tensor,
+    fp8_input_store: bool = False,
+    *args: object,
+    **kwargs: object,
 ) -> torch.Tensor:
-    """megatron's ``weighted_bias_swiglu_impl``: ``silu(a) * g`` on the pack's kernel, times the routing weights."""
-    reason = None
-    if bias is not None:
+    """megatron's ``weighted_bias_swiglu_impl``: ``silu(a) * g`` on the pack's kernel, times the routing weights.
+
+    Parameters of later releases (main's ``clamp_value``) arrive in ``args``/``kwargs`` and go
+    to upstream as passed; any set to a value falls back (the kernel has no clamp).
+    """
+    later = later_parameters_reason(("clamp_value",), args, kwargs)
+    if later is not None:
+        reason: str | None = later
+    elif bias is not None:
         reason = "a bias (upstream raises NotImplementedError for it)"
     elif fp8_input_store:
         reason = "fp8 input store"
@@ -224,7 +235,7 @@ def weighted_bias_swiglu_impl(
         reason = kernel_unavailable(input, weights)
     if reason is not None:
         fallback("moe_weighted_swiglu", reason)
-        return fl_patch.original(WEIGHTED_SWIGLU)(input, bias, weights, fp8_input_store)
+        return fl_patch.original(WEIGHTED_SWIGLU)(input, bias, weights, fp8_input_store, *args, **kwargs)
     shape = input.shape
     rows = input.reshape(-1, shape[-1])
     out = (ops.swiglu(rows) * weights).to(input.dtype)  # upstream: swiglu(y) * weights, cast back to y's dtype
