@@ -99,7 +99,9 @@ def _run(cmd: list[str], cwd: Path, timeout: int, env: dict[str, str] | None = N
 
 
 def _error_line(output: str) -> str:
-    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    """The error that ended the run: under torchrun a rank's own error, not the launcher's ChildFailedError."""
+    lines = [re.sub(r"^\[(default)?rank\d+\]:\s*", "", line.strip()) for line in output.strip().splitlines()]
+    lines = [line for line in lines if line and "ChildFailedError" not in line]
     for line in reversed(lines):
         if re.match(r"^[A-Za-z_.]*(Error|Exception|Missing)\b", line) or "Error:" in line:
             return line[:300]
@@ -204,7 +206,7 @@ def tp2(python: str, tree: Path, work: Path, timeout: int) -> dict[str, object]:
 TE_SPEC = ["--transformer-impl", "transformer_engine"]
 MOE_EP2 = (
     "--num-experts 4 --moe-router-topk 2 --moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 "
-    "--moe-ffn-hidden-size 64 --moe-grouped-gemm"
+    "--moe-ffn-hidden-size 64 --moe-grouped-gemm --disable-bias-linear"  # upstream: no bias with grouped GEMM
 ).split()
 MLA = (
     "--multi-latent-attention --q-lora-rank 32 --kv-lora-rank 32 --qk-head-dim 16 --qk-pos-emb-head-dim 16 "

@@ -282,6 +282,42 @@ def test_check_against_wheels_predicts_moves_and_forwarding(run_python, tmp_path
     assert "rc 1 megatron imported: []" in text
 
 
+SPELLED_REGISTRY = """
+    import fl_patch
+    _INIT = "megatron.training.initialize"
+    _W = f"{_INIT}._warmup_jit_function"
+    _HALF = "megatron.training." + "initialize"
+    def literal(tp_size=None):
+        return fl_patch.original("megatron.training.initialize._warmup_jit_function")(tp_size=tp_size)
+    def constant(tp_size=None):
+        return fl_patch.original(_W)(tp_size=tp_size)
+    def fstring(tp_size=None):
+        return fl_patch.original(f"{_INIT}._warmup_jit_function")(tp_size=tp_size)
+    def concatenated(tp_size=None):
+        warm = fl_patch.original(_HALF + "._warmup_jit_function")
+        return warm(tp_size=tp_size)
+    def passes_on(*args, **kwargs):
+        return fl_patch.original(f"{_INIT}._warmup_jit_function")(*args, **kwargs)
+    for name in ("literal", "constant", "fstring", "concatenated", "passes_on"):
+        fl_patch.register(_W, f"fltest_spelled.{name}", vendor=name)
+"""
+
+
+def test_check_against_reads_every_spelling_of_the_target_in_a_call_of_the_original(run_python, tmp_path: Path) -> None:
+    """An impl that names its original by a literal, a constant, an f-string or a sum of constants and passes
+    it an argument 0.17.1's function does not take is an error against 0.17.1; one that passes on what it
+    received is not."""
+    _write(tmp_path, {"fltest_spelled.py": SPELLED_REGISTRY})
+    env = clean_env(PYTHONPATH=support_pythonpath(tmp_path), FL_PATCH_PACKS="none", FL_PATCH_REGISTRY="fltest_spelled")
+    proc = run_python("-m", "fl_patch", "--check", "--against", str(_wheel("0.17.1")), "--json", env=env, check=False)
+    found = {r["vendor"]: r for r in json.loads(proc.stdout)["against"][0]["registrations"]}
+    for spelling in ("literal", "constant", "fstring", "concatenated"):
+        assert found[spelling]["level"] == "error", (spelling, found[spelling])
+        assert any("has no parameter 'tp_size'" in f for f in found[spelling]["findings"]), found[spelling]
+    assert found["passes_on"]["level"] == "ok", found["passes_on"]
+    assert proc.returncode == 1
+
+
 def test_check_against_bad_input_is_one_clear_message(run_python, tmp_path: Path) -> None:
     not_zip = tmp_path / "megatron_core-9.9-py3-none-any.whl"
     not_zip.write_text("not a zip")

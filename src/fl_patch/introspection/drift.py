@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from fl_patch.core.gates import package_info_version, parse_gate
 from fl_patch.core.missing import strip_repeated_module_name
-from fl_patch.introspection.forwarding import forwarding_findings
+from fl_patch.introspection.forwarding import forwarding_findings, string_value
 from fl_patch.introspection.signatures import compare_signatures
 
 if TYPE_CHECKING:
@@ -584,11 +584,16 @@ def _compare(result: DriftResult, reg: object, found: Found) -> None:
 
 def _module_string_constants(tree: ast.Module | None) -> dict[str, object]:
     constants: dict[str, object] = {}
-    for node in tree.body if tree else []:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            for t in node.targets:
-                if isinstance(t, ast.Name):
-                    constants[t.id] = node.value.value
+    for node in tree.body if tree else []:  # in module order: a constant built from earlier ones is read too
+        if isinstance(node, ast.Assign):
+            names, value = node.targets, string_value(node.value, constants)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            names, value = [node.target], string_value(node.value, constants)
+        else:
+            continue
+        for t in names if value is not None else []:
+            if isinstance(t, ast.Name):
+                constants[t.id] = value
     return constants
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from fl_patch.introspection.signatures import Finding
 
-__all__ = ["calls_to_original", "forwarding_findings"]
+__all__ = ["calls_to_original", "forwarding_findings", "string_value"]
 
 
 def _function_of(impl: object) -> Any:
@@ -34,6 +34,35 @@ def _function_of(impl: object) -> Any:
     plain = inspect.unwrap(plain) if callable(plain) else None
     # Only a function's body is read for calls of the original (a class or other callable: nothing to read).
     return plain if isinstance(plain, types.FunctionType) else None
+
+
+def string_value(node: ast.AST, constants: dict[str, object]) -> str | None:
+    """The string an expression spells from literals and module string constants, else None.
+
+    Targets are written as literals, constants, f-strings of constants (``f"{_SPECS}.get_spec"``) or
+    sums of them; each form must be read, or a call of the original in it would go unchecked.
+    """
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.Name):
+        value = constants.get(node.id)
+        return value if isinstance(value, str) else None
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for part in node.values:
+            if isinstance(part, ast.FormattedValue):
+                if part.conversion != -1 or part.format_spec is not None:
+                    return None
+                part = part.value
+            text = string_value(part, constants)
+            if text is None:
+                return None
+            parts.append(text)
+        return "".join(parts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = string_value(node.left, constants), string_value(node.right, constants)
+        return None if left is None or right is None else left + right
+    return None
 
 
 def calls_to_original(tree: ast.AST, target: str, constants: dict[str, object]) -> list[ast.Call]:
@@ -46,10 +75,7 @@ def calls_to_original(tree: ast.AST, target: str, constants: dict[str, object]) 
         called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
         if called != "original":
             return False
-        arg = node.args[0]
-        if isinstance(arg, ast.Constant):
-            return arg.value == target
-        return isinstance(arg, ast.Name) and constants.get(arg.id) == target
+        return string_value(node.args[0], constants) == target
 
     aliases = {
         t.id

@@ -19,6 +19,7 @@ Each impl's docstring gives Why (the upstream line), How, the upstream reference
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import sys
 from typing import Any
 
@@ -144,21 +145,29 @@ def _refuse_te_only(spec: str, **options: object) -> None:
         )
 
 
-def gpt_layer_with_transformer_engine_submodules(
-    num_experts: int | None = None,
-    moe_grouped_gemm: bool | None = False,
-    qk_layernorm: bool | None = False,
-    multi_latent_attention: bool | None = False,
-    fp8: str | None = None,
-    qk_l2_norm: bool | None = False,
-    use_te_op_fuser: bool | None = False,
-    use_kitchen: bool = False,
-    use_te_activation_func: bool = False,
-    use_kitchen_attention: bool = False,
-    kitchen_attention_backend: str = "sdpa",
-    mla_down_proj_fusion: bool = False,
-    use_grouped_gemm_for_dense_mlp: bool = False,
-) -> Any:
+def _as_received(target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, inspect.BoundArguments]:
+    """The original and the call as received, bound to the installed release's signature (defaults filled).
+
+    Each spec function below changes one or two arguments and passes on the rest. Binding to the
+    original's own signature passes exactly the parameters this release has: an option a later release
+    added is neither sent to an earlier one nor dropped from a later one (a bad call raises upstream's
+    ``TypeError``).
+    """
+    original = fl_patch.original(target)
+    bound = inspect.signature(original).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return original, bound
+
+
+def _te_only_options(bound: inspect.BoundArguments) -> dict[str, object]:
+    return {name: bound.arguments[name] for name in _TE_ONLY_OPTIONS if name in bound.arguments}
+
+
+# Options of the TE layer spec that only TE can honour (not every release has each).
+_TE_ONLY_OPTIONS = ("use_te_op_fuser", "use_te_activation_func", "use_grouped_gemm_for_dense_mlp")
+
+
+def gpt_layer_with_transformer_engine_submodules(*args: Any, **kwargs: Any) -> Any:
     """Patch for ``megatron.core.models.gpt.gpt_layer_specs.get_gpt_layer_with_transformer_engine_submodules``.
 
     Why: without Transformer Engine, ``TESpecProvider`` is ``None`` in that module
@@ -167,154 +176,89 @@ def gpt_layer_with_transformer_engine_submodules(
     the spec most of Megatron-LM's tests and scripts ask for (``test_attention.py``,
     ``test_transformer_layer.py``, ``pretrain_gpt.py`` without ``--transformer-impl local``).
     How: with TE absent, megatron-core's own local spec with the same model options
-    (``get_gpt_layer_local_submodules``): the same computation with the layer norms as
-    their own modules (``input_layernorm``, ``pre_mlp_layernorm``) instead of fused into
-    TE's linears, so parameter names differ from a TE model's; no fp8. Options only TE
+    (``get_gpt_layer_local_submodules``, given every option it has): the same computation with
+    the layer norms as their own modules (``input_layernorm``, ``pre_mlp_layernorm``) instead of
+    fused into TE's linears, so parameter names differ from a TE model's; no fp8. Options only TE
     has (``use_te_op_fuser``, ``use_te_activation_func``, ``use_grouped_gemm_for_dense_mlp``)
     raise; ``mla_down_proj_fusion`` falls back to the unfused MLA, as upstream does for a
     backend without the fused module. Said once by the transfer's line. With TE
-    installed, upstream runs.
-    Upstream reference: megatron-core 0.19.2, ``megatron/core/models/gpt/gpt_layer_specs.py``.
+    installed, or fl_patch's TE-compatible modules behind ``TESpecProvider``, upstream runs.
+    The call is passed on as received (``_as_received``): 0.17 has no ``use_grouped_gemm_for_dense_mlp``.
+    Upstream reference: megatron-core 0.17.1-0.19.2 and main, ``megatron/core/models/gpt/gpt_layer_specs.py``.
     Drop when: upstream falls back to the local spec itself when TE is absent.
     """
+    original, bound = _as_received(f"{_GPT_SPECS}.get_gpt_layer_with_transformer_engine_submodules", args, kwargs)
     if _have_te(_GPT_SPECS):
         if not getattr(sys.modules[_GPT_SPECS], "HAVE_TE", False):
-            _refuse_te_only(
-                "get_gpt_layer_with_transformer_engine_spec",
-                use_te_op_fuser=use_te_op_fuser,
-                use_te_activation_func=use_te_activation_func,
-                use_grouped_gemm_for_dense_mlp=use_grouped_gemm_for_dense_mlp,
-            )
-        return fl_patch.original(f"{_GPT_SPECS}.get_gpt_layer_with_transformer_engine_submodules")(
-            num_experts=num_experts,
-            moe_grouped_gemm=moe_grouped_gemm,
-            qk_layernorm=qk_layernorm,
-            multi_latent_attention=multi_latent_attention,
-            fp8=fp8,
-            qk_l2_norm=qk_l2_norm,
-            use_te_op_fuser=use_te_op_fuser,
-            use_kitchen=use_kitchen,
-            use_te_activation_func=use_te_activation_func,
-            use_kitchen_attention=use_kitchen_attention,
-            kitchen_attention_backend=kitchen_attention_backend,
-            mla_down_proj_fusion=mla_down_proj_fusion,
-            use_grouped_gemm_for_dense_mlp=use_grouped_gemm_for_dense_mlp,
-        )
-    _refuse_te_only(
-        "get_gpt_layer_with_transformer_engine_spec",
-        use_te_op_fuser=use_te_op_fuser,
-        use_te_activation_func=use_te_activation_func,
-        use_grouped_gemm_for_dense_mlp=use_grouped_gemm_for_dense_mlp,
-    )
-    return sys.modules[_GPT_SPECS].get_gpt_layer_local_submodules(
-        num_experts=num_experts,
-        moe_grouped_gemm=moe_grouped_gemm,
-        qk_layernorm=qk_layernorm,
-        multi_latent_attention=multi_latent_attention,
-        fp8=fp8,
-        qk_l2_norm=qk_l2_norm,
-        use_kitchen=use_kitchen,
-        use_kitchen_attention=use_kitchen_attention,
-        kitchen_attention_backend=kitchen_attention_backend,
-    )
+            _refuse_te_only("get_gpt_layer_with_transformer_engine_spec", **_te_only_options(bound))
+        return original(*bound.args, **bound.kwargs)
+    _refuse_te_only("get_gpt_layer_with_transformer_engine_spec", **_te_only_options(bound))
+    local = sys.modules[_GPT_SPECS].get_gpt_layer_local_submodules
+    takes = inspect.signature(local).parameters
+    return local(**{name: value for name, value in bound.arguments.items() if name in takes})
 
 
-def gpt_mlp_module_spec(
-    use_te: bool | None = True,
-    num_experts: int | None = None,
-    moe_grouped_gemm: bool | None = False,
-    fp8: str | None = None,
-    use_te_op_fuser: bool | None = False,
-) -> Any:
+def gpt_mlp_module_spec(*args: Any, **kwargs: Any) -> Any:
     """Patch for ``megatron.core.models.gpt.gpt_layer_specs.get_mlp_module_spec``.
 
     Why: ``use_te=True`` (its default) builds ``TESpecProvider()`` (line 514), ``None``
     without TE: ``TypeError: 'NoneType' object is not callable``.
     How: with TE absent, ``use_te=False``: the local MLP spec (``use_te_op_fuser``, TE
-    only, raises). See :func:`gpt_layer_with_transformer_engine_submodules`.
+    only, raises); the rest as received. See :func:`gpt_layer_with_transformer_engine_submodules`.
     Upstream reference: megatron-core 0.19.2, ``megatron/core/models/gpt/gpt_layer_specs.py``.
     Drop when: upstream falls back to the local spec itself.
     """
-    original = fl_patch.original(f"{_GPT_SPECS}.get_mlp_module_spec")
-    if not _have_te(_GPT_SPECS) and use_te:
-        _refuse_te_only("get_mlp_module_spec", use_te_op_fuser=use_te_op_fuser)
-        use_te = False
-    return original(
-        use_te=use_te,
-        num_experts=num_experts,
-        moe_grouped_gemm=moe_grouped_gemm,
-        fp8=fp8,
-        use_te_op_fuser=use_te_op_fuser,
-    )
+    original, bound = _as_received(f"{_GPT_SPECS}.get_mlp_module_spec", args, kwargs)
+    if not _have_te(_GPT_SPECS) and bound.arguments.get("use_te"):
+        _refuse_te_only("get_mlp_module_spec", **_te_only_options(bound))
+        bound.arguments["use_te"] = False
+    return original(*bound.args, **bound.kwargs)
 
 
-def gpt_decoder_layer_specs(
-    config: Any,
-    use_transformer_engine: bool,
-    normalization: str | None = None,
-    qk_l2_norm: bool | None = False,
-    vp_stage: int | None = None,
-    pp_rank: int | None = None,
-) -> Any:
+def gpt_decoder_layer_specs(*args: Any, **kwargs: Any) -> Any:
     """Patch for ``megatron.core.models.gpt.gpt_layer_specs.get_gpt_decoder_layer_specs`` (and so ``get_gpt_decoder_block_spec``).
 
     Why: ``use_transformer_engine=True`` takes ``TENorm`` (``None`` without TE) as the
     block's final norm and the TE layer specs (lines 577-600).
-    How: with TE absent, ``use_transformer_engine=False``: the local layer specs and norm.
-    See :func:`gpt_layer_with_transformer_engine_submodules`.
+    How: with TE absent, ``use_transformer_engine=False``: the local layer specs and norm; the
+    rest as received. See :func:`gpt_layer_with_transformer_engine_submodules`.
     Upstream reference: megatron-core 0.19.2, ``megatron/core/models/gpt/gpt_layer_specs.py``.
     Drop when: upstream falls back to the local spec itself.
     """
+    original, bound = _as_received(f"{_GPT_SPECS}.get_gpt_decoder_layer_specs", args, kwargs)
     if not _have_te(_GPT_SPECS):
-        use_transformer_engine = False
-    return fl_patch.original(f"{_GPT_SPECS}.get_gpt_decoder_layer_specs")(
-        config,
-        use_transformer_engine,
-        normalization=normalization,
-        qk_l2_norm=qk_l2_norm,
-        vp_stage=vp_stage,
-        pp_rank=pp_rank,
-    )
+        bound.arguments["use_transformer_engine"] = False
+    return original(*bound.args, **bound.kwargs)
 
 
-def gpt_mtp_block_spec(
-    config: Any,
-    spec: Any,
-    use_transformer_engine: bool,
-    vp_stage: int | None = None,
-    pp_rank: int | None = None,
-) -> Any:
+def gpt_mtp_block_spec(*args: Any, **kwargs: Any) -> Any:
     """Patch for ``megatron.core.models.gpt.gpt_layer_specs.get_gpt_mtp_block_spec``.
 
     Why: ``use_transformer_engine=True`` builds ``TESpecProvider()`` (lines 731-738),
     ``None`` without TE.
-    How: with TE absent, the local backend (``use_transformer_engine=False``).
+    How: with TE absent, the local backend (``use_transformer_engine=False``); the rest as received.
     Upstream reference: megatron-core 0.19.2, ``megatron/core/models/gpt/gpt_layer_specs.py``.
     Drop when: upstream falls back to the local spec itself.
     """
+    original, bound = _as_received(f"{_GPT_SPECS}.get_gpt_mtp_block_spec", args, kwargs)
     if not _have_te(_GPT_SPECS):
-        use_transformer_engine = False
-    return fl_patch.original(f"{_GPT_SPECS}.get_gpt_mtp_block_spec")(
-        config, spec, use_transformer_engine, vp_stage=vp_stage, pp_rank=pp_rank
-    )
+        bound.arguments["use_transformer_engine"] = False
+    return original(*bound.args, **bound.kwargs)
 
 
-def gpt_moe_module_spec(
-    use_te: bool | None = True, num_experts: int | None = None, moe_grouped_gemm: bool | None = False
-) -> Any:
+def gpt_moe_module_spec(*args: Any, **kwargs: Any) -> Any:
     """Patch for ``megatron.core.models.gpt.moe_module_specs.get_moe_module_spec``.
 
     Why: ``use_te=True`` (its default) builds ``TESpecProvider()`` (line 57), whose modules
     are ``None`` without TE: the experts cannot be built.
-    How: with TE absent, ``use_te=False``: megatron-core's local experts.
+    How: with TE absent, ``use_te=False``: megatron-core's local experts; the rest as received.
     Upstream reference: megatron-core 0.19.2, ``megatron/core/models/gpt/moe_module_specs.py``.
     Drop when: upstream falls back to the local spec itself.
     """
+    original, bound = _as_received(f"{_MOE_SPECS}.get_moe_module_spec", args, kwargs)
     if not _have_te(_MOE_SPECS):
-        use_te = False
-    return fl_patch.original(f"{_MOE_SPECS}.get_moe_module_spec")(
-        use_te=use_te, num_experts=num_experts, moe_grouped_gemm=moe_grouped_gemm
-    )
+        bound.arguments["use_te"] = False
+    return original(*bound.args, **bound.kwargs)
 
 
 def bert_layer_with_transformer_engine_submodules() -> Any:

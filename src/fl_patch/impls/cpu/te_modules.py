@@ -46,6 +46,7 @@ made only where ``transformer_engine`` cannot be found (``te_registry.py``).
 
 from __future__ import annotations
 
+import inspect
 import io
 import math
 from collections.abc import Callable
@@ -98,6 +99,19 @@ class TEFeatureError(ValueError):
     """A Transformer Engine-only feature was asked for where fl_patch's TE-compatible modules run."""
 
 
+def _release_options(base_init: Callable, **options: object) -> dict[str, object]:
+    """``options`` the installed release's ``base_init`` takes (megatron's layers gained ``name`` in 0.18).
+
+    One it lacks is dropped when unset (None): that release's callers never pass it; set, it is an error
+    naming it, never dropped silently.
+    """
+    takes = inspect.signature(base_init).parameters
+    unknown = [name for name, value in options.items() if name not in takes and value is not None]
+    if unknown:
+        raise TypeError(f"{base_init.__qualname__} of the installed megatron-core takes no {', '.join(unknown)}")
+    return {name: value for name, value in options.items() if name in takes}
+
+
 # --------------------------------------------------------------------------- refusing TE-only features
 def _refuse(where: str, config: Any, **requested: object) -> None:
     """One clear error naming every TE-only feature the config (or the caller) asks for."""
@@ -106,6 +120,8 @@ def _refuse(where: str, config: Any, **requested: object) -> None:
         "fp4": getattr(config, "fp4", None),
         "tp_comm_overlap": getattr(config, "tp_comm_overlap", False),
         "delay_wgrad_compute": getattr(config, "delay_wgrad_compute", False),
+        # (main) generalized tensor parallelism's weight rematerialisation: TE's modules only
+        "gtp_weight_remat_size": gtp if (gtp := getattr(config, "gtp_weight_remat_size", 1) or 1) > 1 else 0,
         **requested,
     }
     asked = [f"{name}={value!r}" for name, value in features.items() if value]
@@ -268,6 +284,7 @@ class TEColumnParallelLinear(_ExtraState, ColumnParallelLinear):
         tp_group: torch.distributed.ProcessGroup | None = None,
         stride: int = 1,
         name: str | None = None,
+        pg_collection: Any = None,  # (main) generalized TP's groups: GTP is refused (_refuse)
     ) -> None:
         _refuse(type(self).__name__, config)
         if gather_output:
@@ -286,7 +303,7 @@ class TEColumnParallelLinear(_ExtraState, ColumnParallelLinear):
             is_expert=is_expert,
             tp_comm_buffer_name=tp_comm_buffer_name,
             tp_group=tp_group,
-            name=name,
+            **_release_options(ColumnParallelLinear.__init__, name=name),
         )
         if is_expert:
             _no_expert_tp_comm(self)
@@ -317,6 +334,7 @@ class TELayerNormColumnParallelLinear(TEColumnParallelLinear):
         tp_group: torch.distributed.ProcessGroup | None = None,
         stride: int = 1,
         name: str | None = None,
+        pg_collection: Any = None,  # (main) generalized TP's groups: GTP is refused (_refuse)
     ) -> None:
         if is_expert:
             raise ValueError("Transformer Engine linear layers do not yet support MoE")
@@ -373,6 +391,7 @@ class TERowParallelLinear(_ExtraState, RowParallelLinear):
         tp_comm_buffer_name: str | None = None,
         tp_group: torch.distributed.ProcessGroup | None = None,
         name: str | None = None,
+        pg_collection: Any = None,  # (main) generalized TP's groups: GTP is refused (_refuse)
     ) -> None:
         _refuse(type(self).__name__, config)
         if not input_is_parallel:
@@ -388,6 +407,7 @@ class TERowParallelLinear(_ExtraState, RowParallelLinear):
             is_expert=is_expert,
             tp_comm_buffer_name=tp_comm_buffer_name,
             tp_group=tp_group,
+            **_release_options(RowParallelLinear.__init__, name=name),
         )
         if is_expert:
             _no_expert_tp_comm(self)
@@ -419,6 +439,7 @@ class TELinear(_ExtraState, MegatronModule):
         tp_group: torch.distributed.ProcessGroup | None = None,
         name: str | None = None,
         gtp_remat_group: torch.distributed.ProcessGroup | None = None,
+        gtp_replica_group: torch.distributed.ProcessGroup | None = None,  # (main) GTP only: GTP is refused
     ) -> None:
         _refuse("TELinear", config, symmetric_ar_type=symmetric_ar_type, gtp_remat_group=gtp_remat_group)
         if parallel_mode not in (None, "duplicated"):
