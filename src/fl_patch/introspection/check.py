@@ -290,18 +290,26 @@ def _import_failure(name: str, exc: BaseException) -> str:
 
 
 def _all_gated_out(registrations: list[Registration]) -> list[str]:
-    """One message per target whose every vendor's registration is gated out here: upstream runs."""
+    """One message per set of gates whose every target's registrations are all gated out here: upstream runs.
+
+    Targets with the same gates share one message (a release-specific family of names, such as the TE
+    registry's 0.17 mamba modules, is one line, not one line per name)."""
     by_target: dict[str, list[Registration]] = {}
     for registration in registrations:
         by_target.setdefault(registration.target, []).append(registration)
-    messages = []
+    by_gates: dict[tuple[str, str], list[str]] = {}
     for target, found in by_target.items():
         if all(r.gate is not None and not r.for_this_version() for r in found):
             gates = "; ".join(sorted({f"{r.vendor}: {r.requires}" for r in found}))
             version = found[0].gate.describe().rpartition("(")[2].rstrip(")")  # type: ignore[union-attr]
-            messages.append(
-                f"{target}: no registration is for this version ({version}; gates {gates}): upstream runs unpatched"
-            )
+            by_gates.setdefault((version, gates), []).append(target)
+    messages = []
+    for (version, gates), targets in by_gates.items():
+        verdict = f"no registration is for this version ({version}; gates {gates}): upstream runs unpatched"
+        if len(targets) == 1:
+            messages.append(f"{targets[0]}: {verdict}")
+        else:
+            messages.append(f"{len(targets)} targets: {verdict}: {', '.join(targets)}")
     return messages
 
 
