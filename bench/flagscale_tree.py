@@ -106,15 +106,18 @@ def main() -> int:
         for r in checked["registrations"]
         if r["source"] == TREE_SOURCE
     ]
+    from importlib.metadata import version
+
     results = {
         "commit": commit,
+        "megatron_core": version("megatron-core"),  # run the bench with a release's venv to test on it
         "tests_plain": plain,
         "tests_under_fl_patch": patched,
         "registrations_received": len(received),
         "vendors_with_XPU_1": checked["vendors"],
         "check": verdicts,
     }
-    print(f"Megatron-LM-FL {commit[:12]}: megatron/plugin")
+    print(f"Megatron-LM-FL {commit[:12]}: megatron/plugin, on megatron-core {results['megatron_core']}")
     print(f"  FlagScale's tests, plain pytest:        {plain['summary']}")
     print(f"  FlagScale's tests, python -m fl_patch:  {patched['summary']}")
     print(f"  tree registrations fl_patch received:  {len(received)}")
