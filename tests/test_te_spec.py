@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import inspect
 import json
 import os
 import shutil
@@ -129,6 +130,35 @@ def test_te_registry_tables_are_well_formed() -> None:
     source = (REPO / "src" / "fl_patch" / "impls" / "cpu" / "te_modules.py").read_text()
     defined = {n.name for n in ast.parse(source).body if isinstance(n, ast.ClassDef)}
     assert {name for _, names, _ in te_registry.TE_NAME_TARGETS for name in names} <= defined
+
+
+def test_te_compatible_layers_take_each_releases_options(megatron_core) -> None:
+    """A megatron base option a release lacks (``name`` before 0.18) is dropped when unset and refused by name
+    when set; main's generalized-TP options are taken, and GTP itself is refused by name."""
+    from types import SimpleNamespace
+
+    from fl_patch.impls.cpu import te_modules
+
+    def base_0_17(self, input_size, output_size, *, config, tp_group=None):  # no `name`, as 0.17.1
+        return None
+
+    def base_0_18(self, input_size, output_size, *, config, tp_group=None, name=None):
+        return None
+
+    assert te_modules._release_options(base_0_17, name=None) == {}
+    assert te_modules._release_options(base_0_18, name=None) == {"name": None}
+    assert te_modules._release_options(base_0_18, name="decoder.layers.0.linear_qkv") == {
+        "name": "decoder.layers.0.linear_qkv"
+    }
+    with pytest.raises(TypeError, match="base_0_17 of the installed megatron-core takes no name"):
+        te_modules._release_options(base_0_17, name="decoder.layers.0.linear_qkv")
+    for cls in (te_modules.TEColumnParallelLinear, te_modules.TELayerNormColumnParallelLinear,
+                te_modules.TERowParallelLinear):  # fmt: skip
+        assert "pg_collection" in inspect.signature(cls.__init__).parameters, cls
+    assert "gtp_replica_group" in inspect.signature(te_modules.TELinear.__init__).parameters
+    te_modules._refuse("TELinear", SimpleNamespace(gtp_weight_remat_size=1))  # GTP off: nothing refused
+    with pytest.raises(te_modules.TEFeatureError, match="gtp_weight_remat_size=2 needs Transformer Engine"):
+        te_modules._refuse("TELinear", SimpleNamespace(gtp_weight_remat_size=2))
 
 
 def test_te_spec_module_tree_checkpoints_moe_mla() -> None:
