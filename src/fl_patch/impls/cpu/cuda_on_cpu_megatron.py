@@ -159,12 +159,12 @@ def _as_received(target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     return original, bound
 
 
-def _te_only_options(bound: inspect.BoundArguments) -> dict[str, object]:
-    return {name: bound.arguments[name] for name in _TE_ONLY_OPTIONS if name in bound.arguments}
-
-
 # Options of the TE layer spec that only TE can honour (not every release has each).
 _TE_ONLY_OPTIONS = ("use_te_op_fuser", "use_te_activation_func", "use_grouped_gemm_for_dense_mlp")
+
+
+def _te_only_options(bound: inspect.BoundArguments) -> dict[str, object]:
+    return {name: bound.arguments[name] for name in _TE_ONLY_OPTIONS if name in bound.arguments}
 
 
 def gpt_layer_with_transformer_engine_submodules(*args: Any, **kwargs: Any) -> Any:
