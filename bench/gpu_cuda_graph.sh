@@ -10,7 +10,8 @@
 # micro-batches a step, one optimizer step), 1.31B at 8 sequences a step (mb 1 x 8, 2 x 4, 4 x 2), 2.81B at 2 x 4.
 # MFU counts FLOPs as Megatron-LM's num_floating_point_operations does (no FLOPs for the input embedding lookup).
 # gaf: gradient accumulation fusion (fl_patch's stand-in for Apex's extension) and batches of 32 sequences;
-# gaf_qkv: with megatron's fused_single_qkv_rope too, up to 64 sequences a step; gaf_profile: a profile of the 1.31B at 4 x 2.
+# gaf_qkv: with megatron's fused_single_qkv_rope too, up to 64 sequences a step; mfu131: the 1.31B at 32 and 64 sequences,
+# fused QKV RoPE on and off on one machine; gaf_profile: a profile of the 1.31B at 4 x 2.
 # Then FlagGems' own global mode (flag_gems.enable()) on upstream megatron-core, the docs' repro.
 # Every run's JSON merges into $OUT/cuda_graph.json; each run's log tail into $OUT/cuda_graph_logs.txt.
 # Run as bench/gpu_session.sh says (wheels in .whl).
@@ -68,6 +69,11 @@ for what in ${CUDA_GRAPH_RUNS:-mb1 global}; do
       run l131_mb8x4_graph_gaf 200 $P -- --preset llama131 --mbs 8 --microbatches 4 --steps 12 --cuda-graph --grad-accum-fusion
       run l131_mb8x8_graph_gaf_qkv 200 $P -- --preset llama131 --mbs 8 --microbatches 8 --steps 9 --cuda-graph --grad-accum-fusion --fused-qkv-rope
       run b3_mb2x4_graph_gaf_qkv 240 $P -- "${b3[@]}" --mbs 2 --microbatches 4 --steps 14 --cuda-graph --grad-accum-fusion --fused-qkv-rope ;;
+    mfu131)  # the 1.3B goal: fused QKV RoPE on and off on one machine (interleaved), and 64 sequences a step
+      run l131_mb8x4_graph_gaf_qkv 200 $P -- --preset llama131 --mbs 8 --microbatches 4 --steps 12 --cuda-graph --grad-accum-fusion --fused-qkv-rope
+      run l131_mb8x4_graph_gaf 200 $P -- --preset llama131 --mbs 8 --microbatches 4 --steps 12 --cuda-graph --grad-accum-fusion
+      run l131_mb8x4_graph_gaf_qkv_2 200 $P -- --preset llama131 --mbs 8 --microbatches 4 --steps 12 --cuda-graph --grad-accum-fusion --fused-qkv-rope
+      run l131_mb8x8_graph_gaf_qkv 200 $P -- --preset llama131 --mbs 8 --microbatches 8 --steps 9 --cuda-graph --grad-accum-fusion --fused-qkv-rope ;;
     gaf_profile)  # where the GPU time of a 4 x 2 step goes (eager: the profiler sees every kernel)
       run l131_mb4x2_eager_gaf_profile 200 $P -- --preset llama131 --mbs 4 --microbatches 2 --steps 10 --grad-accum-fusion \
         --profile "$OUT/profile_llama131_mb4x2_gaf.txt" ;;
