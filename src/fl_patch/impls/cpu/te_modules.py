@@ -115,13 +115,13 @@ def _release_options(base_init: Callable, **options: object) -> dict[str, object
 # --------------------------------------------------------------------------- refusing TE-only features
 def _refuse(where: str, config: Any, **requested: object) -> None:
     """One clear error naming every TE-only feature the config (or the caller) asks for."""
+    gtp = getattr(config, "gtp_weight_remat_size", None) or 1  # (main) generalized TP's weight rematerialisation
     features = {
         "fp8": getattr(config, "fp8", None),
         "fp4": getattr(config, "fp4", None),
         "tp_comm_overlap": getattr(config, "tp_comm_overlap", False),
         "delay_wgrad_compute": getattr(config, "delay_wgrad_compute", False),
-        # (main) generalized tensor parallelism's weight rematerialisation: TE's modules only
-        "gtp_weight_remat_size": gtp if (gtp := getattr(config, "gtp_weight_remat_size", 1) or 1) > 1 else 0,
+        "gtp_weight_remat_size": gtp if gtp > 1 else None,
         **requested,
     }
     asked = [f"{name}={value!r}" for name, value in features.items() if value]

@@ -108,6 +108,8 @@ def later_parameters_reason(names: tuple[str, ...], args: tuple[object, ...], kw
     the pack knows) as ``*args``/``**kwargs``. Left at None they change nothing; set, they ask
     for behaviour the kernel does not have, and the call goes to upstream as passed.
     """
+    if not args and not kwargs:
+        return None  # every call of the releases before: nothing to build on the per-call path
     extra = dict(zip(names, args, strict=False)) | kwargs
     if len(args) > len(names):
         extra["<more positional arguments>"] = args[len(names) :]
