@@ -1,4 +1,4 @@
-"""How often a two-rank gloo program dies at exit (torch's race, ``fl_patch/activation/gloo_exit.py``), with and without
+"""How often a two-rank gloo program dies at exit (torch's race, ``fl_patch/host/gloo_exit.py``), with and without
 fl_patch's exit handler.
 
 Each run is ``torchrun --nproc-per-node 2 tests/support/gloo_exit/worker.py`` (plain torch: a collective, then

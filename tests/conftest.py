@@ -22,7 +22,7 @@ import pytest
 
 import fl_patch
 from fl_patch.activation import install as _activation
-from fl_patch.activation.runtime import RUNTIME
+from fl_patch.runtime import RUNTIME
 
 REPO = Path(__file__).resolve().parents[1]
 SUPPORT = Path(__file__).resolve().parent / "support"

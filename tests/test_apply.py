@@ -13,7 +13,7 @@ import torch
 
 import fl_patch
 from fl_patch import Status
-from fl_patch.activation.runtime import RUNTIME
+from fl_patch.runtime import RUNTIME
 
 from .conftest import fresh_modules
 

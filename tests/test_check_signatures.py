@@ -1,4 +1,4 @@
-"""The signature-compatibility rule of ``--check`` (fl_patch.introspection.signatures), against an oracle.
+"""The signature-compatibility rule of ``--check`` (fl_patch.core.signatures), against an oracle.
 
 The oracle does what the rule summarises: it enumerates every call shape that is
 valid for the target (how many positional arguments, which of the rest by keyword,
@@ -15,7 +15,7 @@ import itertools
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from fl_patch.introspection.signatures import compare_signatures
+from fl_patch.core.signatures import compare_signatures
 
 P = inspect.Parameter
 NAMES = ("a", "b", "c", "d")

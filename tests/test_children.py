@@ -152,7 +152,7 @@ def test_children_out_of_reach_are_named_as_they_start() -> None:
     ],
 )
 def test_interpreter_flags_of_a_child_command_line(options: list[str], flags: set[str]) -> None:
-    from fl_patch.activation.children import interpreter_flags
+    from fl_patch.host.children import interpreter_flags
 
     assert interpreter_flags(options) == flags
 
@@ -161,7 +161,7 @@ def test_flags_matter_only_when_activation_comes_through_pythonpath(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """With the bootstrap in a site directory instead, -I and -E children still run it; -S ones do not."""
-    from fl_patch.activation import children as _children
+    from fl_patch.host import children as _children
 
     monkeypatch.setattr(_children, "_bootstrap_dirs", {str(tmp_path)})
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))

@@ -73,8 +73,8 @@ def test_the_reference_reader() -> None:
 
 
 def test_every_option_and_variable_is_on_the_activation_page() -> None:
-    """docs/activation.md's tables say what src/fl_patch/_options.py (the CLI's one table) holds."""
-    from fl_patch._options import COMMANDS, OPTIONS
+    """docs/activation.md's tables say what src/fl_patch/config/options.py (the CLI's one table) holds."""
+    from fl_patch.config.options import COMMANDS, OPTIONS
 
     page = (REPO / "docs" / "activation.md").read_text(encoding="utf-8")
     missing = [flag for row in (*OPTIONS, *COMMANDS) for flag in row.flags if flag != "-h" and f"`{flag}" not in page]

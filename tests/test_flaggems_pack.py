@@ -110,7 +110,7 @@ def test_pack_on_a_cpu_machine_end_to_end(run_python) -> None:
     """``MG_FL_PREFER=flaggems`` on a CPU: flaggems, then the cpu pack (megatron imports), then upstream."""
     code = (
         "import json, fl_patch; fl_patch.install()\n"
-        "from fl_patch.activation.runtime import RUNTIME\n"
+        "from fl_patch.runtime import RUNTIME\n"
         "import megatron.core, torch\n"
         "from megatron.core.models.common.embeddings import rope_utils\n"
         "print(json.dumps({'vendors': RUNTIME.engine.vendors(), 'status': {r.target.rsplit('.', 1)[-1]: "

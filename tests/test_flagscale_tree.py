@@ -1,4 +1,4 @@
-"""An unchanged FlagScale tree that ships its own ``megatron/plugin/decorators.py`` (fl_patch.compat.flagscale_tree).
+"""An unchanged FlagScale tree that ships its own ``megatron/plugin/decorators.py`` (fl_patch.compat.flagscale.tree).
 
 ``tests/support/flagscale/fs_tree`` is laid out as FlagScale's Megatron-LM-FL ``megatron/plugin/``
 is: a package ``__init__`` that imports ``override_registry`` first, FlagScale's own registry

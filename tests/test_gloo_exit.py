@@ -1,4 +1,4 @@
-"""fl_patch's exit handler for torch's gloo race (``fl_patch/activation/gloo_exit.py``), on real torch.distributed.
+"""fl_patch's exit handler for torch's gloo race (``fl_patch/host/gloo_exit.py``), on real torch.distributed.
 
 The race: a gloo worker thread that releases a finished collective's Python-owned tensors after the interpreter began
 finalizing dies with ``terminate called without an active exception``; the rank exits with SIGABRT after the program
@@ -20,7 +20,7 @@ WORKER = SUPPORT / "gloo_exit" / "worker.py"
 def test_gloo_worker_threads_are_counted(run_python, tmp_path) -> None:
     code = (
         "import sys, torch, torch.distributed as dist\n"
-        "from fl_patch.activation.gloo_exit import gloo_worker_threads\n"
+        "from fl_patch.host.gloo_exit import gloo_worker_threads\n"
         "before = gloo_worker_threads()\n"
         "dist.init_process_group('gloo', init_method='file://' + sys.argv[1], rank=0, world_size=1)\n"
         # a worker names itself once it runs: after a collective it has (under load, not always at init)
@@ -37,7 +37,7 @@ def test_gloo_worker_threads_are_counted(run_python, tmp_path) -> None:
 def test_the_handler_is_registered_before_the_programs_first_line(run_python, tmp_path) -> None:
     """Registered at fl_patch's start (``python -m fl_patch``), so that it runs after the program's own handlers."""
     script = tmp_path / "program.py"
-    script.write_text("import fl_patch.activation.gloo_exit as g\nprint(g._registered)\n")
+    script.write_text("import fl_patch.host.gloo_exit as g\nprint(g._registered)\n")
     assert run_python("-m", "fl_patch", str(script), env=clean_env(FL_PATCH_PACKS="none")).stdout.split() == ["True"]
 
 

@@ -18,7 +18,7 @@ from .conftest import REPO, clean_env
 
 CODE = """
 import json, sys, types, fl_patch
-from fl_patch.activation.runtime import RUNTIME
+from fl_patch.runtime import RUNTIME
 
 fl_patch.install()
 for i in range({fillers}):  # loaded modules that have nothing to do with the registration

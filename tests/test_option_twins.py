@@ -2,7 +2,7 @@
 
 ``--registry pkg.mod:setup`` was refused though ``FL_PATCH_REGISTRY=pkg.mod:setup`` worked:
 the CLI had its own checks. Now both read through ``activation.settings`` (``read_list``,
-``switch_value``); these tests generate, for every row of ``fl_patch._options`` that has a
+``switch_value``); these tests generate, for every row of ``fl_patch.config.options`` that has a
 flag and a variable, the forms the variable accepts, and compare the ``Settings`` the
 option gives with the ``Settings`` the variable gives. A new row without forms here fails.
 """
@@ -14,8 +14,8 @@ import os
 import pytest
 
 from fl_patch import cli
-from fl_patch._options import OPTIONS, Option
-from fl_patch.activation.settings import _FALSE, _TRUE, ENV, Settings, read_list
+from fl_patch.config.options import OPTIONS, Option
+from fl_patch.config.settings import _FALSE, _TRUE, ENV, Settings, read_list
 
 # The forms each valued variable accepts (comma lists with spaces and empty items, case, the
 # MODULE:FUNCTION form of a registry, a vendor with a dash).

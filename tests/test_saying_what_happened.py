@@ -14,7 +14,7 @@ from contextlib import redirect_stderr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fl_patch.activation.settings import KNOWN_NAMES, misspelled_names
+from fl_patch.config.settings import KNOWN_NAMES, misspelled_names
 from fl_patch.core.errors import FlPatchWarning, warn
 
 OTHER_CATEGORIES = st.sampled_from([Warning, UserWarning, RuntimeWarning, DeprecationWarning])

@@ -81,7 +81,7 @@ def test_a_target_naming_its_module_twice_is_flagscales_key_form(engine, megatro
     import megatron.core.utils as utils
 
     import fl_patch
-    from fl_patch.introspection.drift import open_source, resolve
+    from fl_patch.diagnostics.drift import open_source, resolve
 
     upstream = utils.divide
 

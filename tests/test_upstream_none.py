@@ -14,7 +14,7 @@ import torch
 
 import fl_patch
 from fl_patch import Status
-from fl_patch.introspection import check as check_module
+from fl_patch.diagnostics import check as check_module
 
 from .conftest import fresh_modules
 

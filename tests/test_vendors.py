@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import fl_patch
-from fl_patch.activation.settings import Settings
+from fl_patch.config.settings import Settings
 from fl_patch.core.vendors import detect_platform, vendor_priority
 
 

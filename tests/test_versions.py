@@ -179,7 +179,7 @@ def test_unguarded_gpu_only_imports_get_a_stand_in_guarded_ones_keep_their_fallb
         import megatron.fltest_kernels as k
         import megatron.fltest_guarded as g
         import megatron.fltest_chain as c
-        from fl_patch.hooks.gpu_only import GpuOnlyPackageMissing, served
+        from fl_patch.host.gpu_only import GpuOnlyPackageMissing, served
         print("cpu_path", k.cpu_path(1), "new_triton", k.NEW_TRITON)
         print("guarded", g.HAVE_TRITON, "chain", c.HAVE_KERNELS)
         print("probe", importlib.util.find_spec("triton"))
@@ -274,7 +274,7 @@ def test_check_against_wheels_predicts_moves_and_forwarding(run_python, tmp_path
     assert warm["level"] == "error" and any("has no parameter 'tp_size'" in f for f in warm["findings"])
     # ... and the text form says the same; no megatron module was imported for it.
     code = (
-        "import sys; from fl_patch.introspection.drift import run; rc = run([sys.argv[1]]);"
+        "import sys; from fl_patch.diagnostics.drift import run; rc = run([sys.argv[1]]);"
         "print('rc', rc, 'megatron imported:', sorted(m for m in sys.modules if m.startswith('megatron')))"
     )
     text = run_python("-c", code, str(wheel_017), env=env_old).stdout

@@ -131,7 +131,7 @@ def __dir__() -> list[str]:
 
 
 def _process_state() -> Any:
-    from fl_patch.activation.runtime import RUNTIME
+    from fl_patch.runtime import RUNTIME
 
     return RUNTIME
 

@@ -11,7 +11,7 @@
 Options come before the program; everything after the script, ``-m module`` or
 ``-c code`` belongs to the program, untouched. Each option sets an environment
 variable of fl_patch, so every child process inherits it. Options, variables and
-help text come from one table, ``fl_patch._options``; parsing is argparse's, on the
+help text come from one table, ``fl_patch.config.options``; parsing is argparse's, on the
 words before the program (argparse cannot tell where a program's own arguments
 start: ``fl-patch --strict train.py --strict`` must leave the second ``--strict`` to
 the program, so the split is made first, with the same table). See
@@ -31,12 +31,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from fl_patch._options import COMMANDS, OPTIONS, Option
-from fl_patch._suggest import did_you_mean
-from fl_patch.activation.settings import ENV, pin_report_file, read_list, switch_value
+from fl_patch.config.options import COMMANDS, OPTIONS, Option
+from fl_patch.config.suggest import did_you_mean
+from fl_patch.config.settings import ENV, pin_report_file, read_list, switch_value
 
 if TYPE_CHECKING:
-    from fl_patch.introspection.check import CheckReport, CheckResult, Listed
+    from fl_patch.diagnostics.check import CheckReport, CheckResult, Listed
 
 __all__ = ["main", "parse"]
 
@@ -151,7 +151,7 @@ _TYPES = {variable: _checked(variable) for variable in (ENV.PREFER, ENV.REGISTRY
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    """The parser for the words before the program, built from ``fl_patch._options``."""
+    """The parser for the words before the program, built from ``fl_patch.config.options``."""
     parser = _Parser(prog=prog, add_help=False, allow_abbrev=False)
     for row in OPTIONS:
         if not row.flags:
@@ -334,13 +334,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(version_text())
         return 0
     if options.command == "print-pythonpath":
-        from fl_patch.activation.children import PACKAGE_BOOTSTRAP
+        from fl_patch.host.children import PACKAGE_BOOTSTRAP
 
         sys.stdout.write(os.path.realpath(PACKAGE_BOOTSTRAP) + "\n")
         return 0
     _apply_environment(options)
     if options.against:
-        from fl_patch.introspection.drift import run as drift_run  # --check --against: static, imports no megatron
+        from fl_patch.diagnostics.drift import run as drift_run  # --check --against: static, imports no megatron
 
         return drift_run(options.against, as_json=options.json, offline=options.offline)
     _warn_near_miss_vendors(options.env.get(ENV.PREFER, ""))
@@ -456,7 +456,7 @@ def apply_filters(entries: list, only: list[tuple[str, str]], status_of: str = "
 
 # --------------------------------------------------------------------------------------- list
 def _list(options: Options, out: TextIO) -> int:
-    from fl_patch.introspection.check import list_registrations
+    from fl_patch.diagnostics.check import list_registrations
 
     listed = list_registrations()
     listed = apply_filters(listed, options.only)
@@ -497,7 +497,7 @@ def _listing(listed: list[Listed]) -> str:
 
 # -------------------------------------------------------------------------------------- check
 def _check(options: Options, out: TextIO) -> int:
-    from fl_patch.introspection.check import check
+    from fl_patch.diagnostics.check import check
 
     report = check()
     report.results = apply_filters(report.results, options.only, status_of="level")

@@ -146,7 +146,7 @@ def _child(registry: str) -> int:
     import importlib
 
     import fl_patch
-    from fl_patch.introspection.check import _import_owner
+    from fl_patch.diagnostics.check import _import_owner
 
     code = sys.stdin.read()
     state = fl_patch.report()

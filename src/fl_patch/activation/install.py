@@ -20,10 +20,10 @@ import sys
 import types
 
 from fl_patch.activation import sources as _sources
-from fl_patch.activation.gloo_exit import settle_gloo_workers_at_exit
-from fl_patch.activation.gloo_exit import withdraw as withdraw_gloo_exit_settle
-from fl_patch.activation.runtime import RUNTIME
-from fl_patch.activation.settings import (
+from fl_patch.host.gloo_exit import settle_gloo_workers_at_exit
+from fl_patch.host.gloo_exit import withdraw as withdraw_gloo_exit_settle
+from fl_patch.runtime import RUNTIME
+from fl_patch.config.settings import (
     ENV,
     Settings,
     closest,
@@ -33,11 +33,11 @@ from fl_patch.activation.settings import (
     pin_report_file,
     unrecognised_values,
 )
-from fl_patch.compat import flagscale_tree as _flagscale
+from fl_patch.compat.flagscale import tree as _flagscale
 from fl_patch.core.errors import warn
 from fl_patch.core.import_state import plugin_window
 from fl_patch.hooks import PatchingFinder, PathHookWatchdog
-from fl_patch.hooks.gpu_only import GpuOnlyFinder
+from fl_patch.host.gpu_only import GpuOnlyFinder
 
 __all__ = ["current_finder", "install", "is_installed", "load_sources", "uninstall"]
 
@@ -131,17 +131,17 @@ def _configure(settings: Settings) -> None:
     engine.configure(settings)
     # fl_patch's megatron.plugin.decorators where none is installed (``from megatron.plugin.decorators
     # import register`` works in any registry), and a FlagScale tree's own joined to fl_patch.
-    engine.serve(_flagscale.DECORATORS, "fl_patch.compat.flagscale_decorators")
+    engine.serve(_flagscale.DECORATORS, "fl_patch.compat.flagscale.decorators")
     if not RUNTIME.flagscale_configured:  # once: both read the settings when they run
         RUNTIME.flagscale_configured = True
         engine.on_load(_flagscale.DECORATORS, _join_flagscale_tree)
         engine.vendor_choice.add_hint(_flagscale_platform)
     if settings.strict:  # before the report's: atexit runs the report first, then this check
-        from fl_patch.activation import strict as _strict
+        from fl_patch.host import strict as _strict
 
         _strict.arm()
     if settings.report_at_exit:
-        from fl_patch.introspection import exit_report as _exit_report  # only in report mode: a normal run pays nothing
+        from fl_patch.report import exit_report as _exit_report  # only in report mode: a normal run pays nothing
 
         _exit_report.enable()
     else:
@@ -264,7 +264,7 @@ def _uninstall(*, disarm_strict: bool) -> bool:
         RUNTIME.finder = RUNTIME.path_hook = RUNTIME.gpu_only_finder = None
         engine.installed = False
     engine.revert_all()
-    strict = sys.modules.get("fl_patch.activation.strict")
+    strict = sys.modules.get("fl_patch.host.strict")
     if strict is not None and disarm_strict:
         strict.disarm()  # its excepthook and exit check: uninstall leaves nothing of fl_patch behind
     withdraw_gloo_exit_settle()  # the exit handler for torch's gloo race, likewise

@@ -34,7 +34,7 @@ import types
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
 
-from fl_patch.activation.settings import ENV
+from fl_patch.config.settings import ENV
 from fl_patch.core.errors import is_stop_request
 from fl_patch.impls import PACKS
 
@@ -111,7 +111,7 @@ def _near_miss(module_name: str) -> str:
     import pkgutil
     import sys
 
-    from fl_patch._suggest import did_you_mean
+    from fl_patch.config.suggest import did_you_mean
 
     top = module_name.split(".", maxsplit=1)[0]
     if top in sys.modules:

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 
-from fl_patch.activation.runtime import RUNTIME
-from fl_patch.activation.settings import ENV, strict_requested
+from fl_patch.runtime import RUNTIME
+from fl_patch.config.settings import ENV, strict_requested
 from fl_patch.core.errors import FlPatchError, is_stop_request, warn
 
 __all__ = ["activate", "armed"]
@@ -210,7 +210,7 @@ def activate(bootstrap_dir: str) -> None:
         return  # a second bootstrap copy (the template and the launcher's, say) does nothing
     RUNTIME.bootstrap_ran = True
     try:
-        from fl_patch.activation.settings import Settings, pin_report_file
+        from fl_patch.config.settings import Settings, pin_report_file
 
         pin_report_file()  # before any child is started: they inherit the absolute path
         settings = Settings.from_environ()
@@ -223,18 +223,18 @@ def activate(bootstrap_dir: str) -> None:
             sys.meta_path.insert(0, _StartedWhileLoading(loading))
             return
         if settings.strict:
-            from fl_patch.activation.strict import register_exit_check
+            from fl_patch.host.strict import register_exit_check
 
             # Before the program's first line: its atexit handlers, registered later, run before
             # strict mode's exit check, which may end the process (activation/strict.py).
             register_exit_check()
-        from fl_patch.activation.gloo_exit import settle_gloo_workers_at_exit
+        from fl_patch.host.gloo_exit import settle_gloo_workers_at_exit
 
         # Also before the program's first line, so that it runs after the program's own handlers
         # (its destroy_process_group, say): a torch gloo race at exit (activation/gloo_exit.py).
         settle_gloo_workers_at_exit()
         if settings.watch_children:
-            from fl_patch.activation.children import watch
+            from fl_patch.host.children import watch
 
             watch(bootstrap_dir)
         roots = frozenset({"megatron", *(name.partition(".")[0] for name in settings.triggers)})

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fl_patch.core.resolve import Kind, Resolved, describe
-from fl_patch.introspection.signatures import Finding, compare_signatures
+from fl_patch.core.signatures import Finding, compare_signatures
 
 __all__ = [
     "ORIGINAL_ATTR",

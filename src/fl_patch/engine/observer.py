@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Callable, Collection
 from importlib.machinery import ModuleSpec
 
-from fl_patch.activation.settings import Settings
+from fl_patch.config.settings import Settings
 from fl_patch.core.bindings import NameBindings
 from fl_patch.core.errors import FlPatchError, ProblemSink, is_stop_request
 from fl_patch.core.records import PatchRecord, Status

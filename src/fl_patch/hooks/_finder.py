@@ -25,7 +25,7 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from . import gpu_only as _gpu_only
+from fl_patch.host import gpu_only as _gpu_only
 
 if TYPE_CHECKING:
     from ._observer import ImportObserver

@@ -16,7 +16,7 @@ import torch.distributed as dist
 if os.environ.get("SWITCH"):
     sys.setswitchinterval(float(os.environ["SWITCH"]))
 if os.environ.get("SETTLE") == "1":
-    from fl_patch.activation.gloo_exit import settle_gloo_workers_at_exit
+    from fl_patch.host.gloo_exit import settle_gloo_workers_at_exit
 
     settle_gloo_workers_at_exit()
 dist.init_process_group("gloo")

@@ -183,7 +183,7 @@ or with the megatron-core wheel (no Makefile for the dataset helpers it already 
 
 def transfer_enabled(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the transfer is on: unless ``FL_PATCH_CUDA_ON_CPU`` says off."""
-    from fl_patch.activation.settings import Settings
+    from fl_patch.config.settings import Settings
 
     return Settings.from_environ(environ).cuda_on_cpu
 

@@ -23,7 +23,7 @@ import textwrap
 import types
 from typing import Any
 
-from fl_patch.introspection.signatures import Finding
+from fl_patch.core.signatures import Finding
 
 __all__ = ["calls_to_original", "forwarding_findings", "string_value"]
 

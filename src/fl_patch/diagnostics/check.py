@@ -17,7 +17,7 @@ each impl with the *upstream* object it replaces:
 - it can stand in: a class subclasses the original and its constructor accepts the
   original's calls; a function, method, staticmethod, classmethod or property getter
   accepts every call the original accepts, binding each argument the same way
-  (``fl_patch.introspection.signatures``); a module replaced whole exports every public name the
+  (``fl_patch.core.signatures``); a module replaced whole exports every public name the
   upstream module defines (read from its source with ``ast``: the upstream module may
   not be importable here, which is why it is replaced).
 
@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fl_patch.activation import install as _activation
-from fl_patch.activation.runtime import RUNTIME
-from fl_patch.activation.settings import ENV
+from fl_patch.runtime import RUNTIME
+from fl_patch.config.settings import ENV
 from fl_patch.core.errors import FlPatchWarning
 from fl_patch.core.kinds import fits as _fits
 from fl_patch.core.kinds import prefixed, read_signature
@@ -49,8 +49,8 @@ from fl_patch.core.missing import locate, mock_stand_in, unusable, upstream_mock
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.registration import Registration
 from fl_patch.core.resolve import Kind, Resolved, load_impl, owned_path
-from fl_patch.introspection.forwarding import forwarding_findings
-from fl_patch.introspection.signatures import Finding, compare_signatures
+from fl_patch.diagnostics.forwarding import forwarding_findings
+from fl_patch.core.signatures import Finding, compare_signatures
 
 __all__ = ["CheckReport", "CheckResult", "Listed", "check", "list_registrations"]
 
@@ -269,7 +269,7 @@ def _result(registration: Registration, record: PatchRecord | None, **verdict: A
 
 def _stand_ins_served() -> list[str]:
     """Which megatron modules imported a missing GPU-only package and got the stand-in (hooks/gpu_only.py)."""
-    from fl_patch.hooks.gpu_only import served
+    from fl_patch.host.gpu_only import served
 
     return [
         f"{package} is not installed (GPU-only): megatron modules that import it unguarded got fl_patch's "
@@ -280,7 +280,7 @@ def _stand_ins_served() -> list[str]:
 
 def _import_failure(name: str, exc: BaseException) -> str:
     """'module X fails to import: ...', naming the module whose import failed when it is another one."""
-    from fl_patch.hooks.gpu_only import importer_of
+    from fl_patch.host.gpu_only import importer_of
 
     text = f"module {name} fails to import: {type(exc).__name__}: {exc}"
     culprit = importer_of(exc)

@@ -52,7 +52,7 @@ import types
 from collections.abc import Callable
 from dataclasses import replace
 
-from fl_patch.activation.runtime import RUNTIME
+from fl_patch.runtime import RUNTIME
 from fl_patch.core.apply import stands_for
 from fl_patch.core.records import PatchRecord, Status
 

@@ -20,7 +20,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from fl_patch.activation.runtime import RUNTIME
+from fl_patch.runtime import RUNTIME
 
 if TYPE_CHECKING:
     from fl_patch.core.registration import Registration

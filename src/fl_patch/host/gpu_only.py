@@ -35,6 +35,7 @@ outside megatron (a user's ``import triton`` fails as usual).
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import types
 from collections.abc import Sequence
@@ -207,7 +208,7 @@ class GpuOnlyFinder:
         return ModuleSpec(fullname, _StandInLoader(importer), is_package=True)  # type: ignore[arg-type]  # duck-typed loader
 
 
-_FL_PATCH_DIR = __file__.rsplit("hooks", 1)[0]  # the fl_patch package directory
+_FL_PATCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the fl_patch package directory
 
 
 def _unguarded_megatron_importer(package: str) -> str | None:

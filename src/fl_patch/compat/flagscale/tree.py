@@ -113,7 +113,7 @@ def _named_path_entries(*, anywhere: bool = False) -> list[str]:
 
 
 def _asked_for_anywhere() -> bool:
-    from fl_patch.activation.settings import ENV
+    from fl_patch.config.settings import ENV
 
     return os.environ.get(ENV.FLAGSCALE, "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -154,7 +154,7 @@ def find_tree(*, anywhere: bool | None = None) -> Tree | None:
 
 def take_over_on_load(module: types.ModuleType) -> None:
     """The engine's on-load hook for ``megatron.plugin.decorators``: wrap a real tree's ``register``."""
-    from fl_patch.compat import flagscale_decorators as flagscale_compat
+    from fl_patch.compat.flagscale import decorators as flagscale_compat
 
     if module is not flagscale_compat and hasattr(module, "register"):
         flagscale_compat.take_over(module)
@@ -167,7 +167,7 @@ def load_tree(registry: Registry, problems: ProblemSink, engine: Engine, *, hook
     as the module loads); without it (``--list``) the module is loaded and wrapped here.
     """
     from fl_patch.activation.sources import import_source
-    from fl_patch.compat import flagscale_decorators as flagscale_compat
+    from fl_patch.compat.flagscale import decorators as flagscale_compat
 
     tree = find_tree()
     if tree is None:
@@ -182,7 +182,7 @@ def load_tree(registry: Registry, problems: ProblemSink, engine: Engine, *, hook
         return None
     if tree.decorators is None:
         if DECORATORS not in sys.modules:  # the hook serves it on import; --list has no hook
-            sys.modules[DECORATORS] = importlib.import_module("fl_patch.compat.flagscale_decorators")
+            sys.modules[DECORATORS] = importlib.import_module("fl_patch.compat.flagscale.decorators")
     elif DECORATORS in sys.modules:
         take_over_on_load(sys.modules[DECORATORS])
     elif not hooked:

@@ -36,9 +36,9 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from fl_patch.activation.interpreter_options import ISOLATION_FLAGS, parse_options
-from fl_patch.activation.settings import ENV
-from fl_patch.activation.wrappers import WRAPPERS, unwrap
+from fl_patch.host.interpreter_options import ISOLATION_FLAGS, parse_options
+from fl_patch.config.settings import ENV
+from fl_patch.host.wrappers import WRAPPERS, unwrap
 from fl_patch.core.errors import warn
 
 # Not ``from typing import TYPE_CHECKING``: this module imports no typing at run time (see
@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PACKAGE_BOOTSTRAP", "diagnose", "interpreter_flags", "watch"]
 
-PACKAGE_BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
+# The bootstrap is activation's (activation/bootstrap/sitecustomize.py); named here by path, not import.
+PACKAGE_BOOTSTRAP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "activation", "bootstrap")
 
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 _FALSE = frozenset({"0", "false", "no", "off"})

@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING
 
 from fl_patch.core.gates import package_info_version, parse_gate
 from fl_patch.core.missing import strip_repeated_module_name
-from fl_patch.introspection.forwarding import forwarding_findings, string_value
-from fl_patch.introspection.signatures import compare_signatures
+from fl_patch.diagnostics.forwarding import forwarding_findings, string_value
+from fl_patch.core.signatures import compare_signatures
 
 if TYPE_CHECKING:
     from fl_patch.core.registration import Registration
@@ -473,7 +473,7 @@ def _impl_def(impl: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
 
 
 def _signature_of(node: ast.FunctionDef | ast.AsyncFunctionDef) -> inspect.Signature:
-    from fl_patch.introspection.check import _signature_from_ast
+    from fl_patch.diagnostics.check import _signature_from_ast
 
     return _signature_from_ast(node.args)
 
@@ -496,7 +496,7 @@ class DriftResult:
 
 def _registrations() -> list[Registration]:
     from fl_patch.activation import install as _activation
-    from fl_patch.activation.runtime import RUNTIME
+    from fl_patch.runtime import RUNTIME
 
     _activation.load_sources()
     return sorted(RUNTIME.registry.registrations(), key=lambda r: (r.target, r.vendor))

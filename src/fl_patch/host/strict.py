@@ -40,7 +40,7 @@ import sys
 import types
 from collections.abc import Callable
 
-from fl_patch.activation.runtime import RUNTIME
+from fl_patch.runtime import RUNTIME
 from fl_patch.core.errors import FlPatchError, warn
 
 __all__ = ["arm", "disarm", "register_exit_check"]
@@ -134,7 +134,7 @@ def _at_exit() -> None:
 
 
 def _stop(message: str) -> None:
-    exit_report = sys.modules.get("fl_patch.introspection.exit_report")
+    exit_report = sys.modules.get("fl_patch.report.exit_report")
     try:
         if exit_report is not None:
             exit_report.report_now()  # registered before this check, it would not run after os._exit

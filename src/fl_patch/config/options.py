@@ -20,7 +20,7 @@ Kinds of rows:
 
 from __future__ import annotations
 
-from fl_patch.activation.settings import ENV
+from fl_patch.config.settings import ENV
 
 __all__ = ["COMMANDS", "OPTIONS", "Option", "variables"]
 

@@ -22,7 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from fl_patch.activation.settings import Settings
+    from fl_patch.config.settings import Settings
     from fl_patch.core.errors import ProblemSink
     from fl_patch.core.registry import Registry
     from fl_patch.engine.observer import Engine

@@ -1,0 +1,1 @@
+"""FlagScale: its plugin trees and its megatron.plugin.decorators."""

@@ -1,0 +1,1 @@
+"""Settings, options and the vocabulary every layer above reads (imports nothing of fl_patch)."""

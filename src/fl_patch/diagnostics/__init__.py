@@ -1,0 +1,1 @@
+"""--check, --list and drift: reading registrations against the installed megatron."""

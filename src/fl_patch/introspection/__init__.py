@@ -1,1 +1,0 @@
-"""Introspection: ``--check``, ``--list``, signature comparison, the report at exit."""

@@ -1,0 +1,1 @@
+"""What fl_patch tells the user at exit (report mode)."""
