@@ -216,9 +216,9 @@ def test_launcher_environment_is_not_left_in_this_process() -> None:
 
 def test_every_variable_has_one_row_and_the_help_shows_it_aligned() -> None:
     """One table (fl_patch.config.options) for options and variables: Settings' variables, --help and the parser agree."""
+    from fl_patch.cli import build_parser, help_text
     from fl_patch.config.options import OPTIONS, variables
     from fl_patch.config.settings import ENV
-    from fl_patch.cli import build_parser, help_text
 
     names = {value for key, value in vars(ENV).items() if key.isupper()}
     assert set(variables()) == names

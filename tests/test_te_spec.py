@@ -66,8 +66,8 @@ def test_registered_names_are_what_each_release_binds(source: str) -> None:
     megatron-core module that binds a TE class name is registered for it or listed as left, with why (read from
     that release's source: a module or name megatron adds, moves or renames is noticed)."""
     from fl_patch.core.gates import parse_gate
-    from fl_patch.impls.cpu import te_registry
     from fl_patch.diagnostics.drift import open_source
+    from fl_patch.impls.cpu import te_registry
 
     release = open_source(source)
     assert release.version, source
@@ -105,8 +105,8 @@ def test_registered_names_are_what_each_release_binds(source: str) -> None:
 
 def test_te_registry_tables_are_well_formed() -> None:
     """Every module left has a reason and is bound by some release; every class named exists in te_modules."""
-    from fl_patch.impls.cpu import te_registry
     from fl_patch.diagnostics.drift import open_source
+    from fl_patch.impls.cpu import te_registry
 
     bound_somewhere: set[str] = {"extensions.transformer_engine"}
     for source in _release_sources():

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from fl_patch.config.options import COMMANDS, OPTIONS, Option
-from fl_patch.config.suggest import did_you_mean
 from fl_patch.config.settings import ENV, pin_report_file, read_list, switch_value
+from fl_patch.config.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from fl_patch.diagnostics.check import CheckReport, CheckResult, Listed

@@ -20,9 +20,7 @@ import sys
 import types
 
 from fl_patch.activation import sources as _sources
-from fl_patch.host.gloo_exit import settle_gloo_workers_at_exit
-from fl_patch.host.gloo_exit import withdraw as withdraw_gloo_exit_settle
-from fl_patch.runtime import RUNTIME
+from fl_patch.compat.flagscale import tree as _flagscale
 from fl_patch.config.settings import (
     ENV,
     Settings,
@@ -33,11 +31,13 @@ from fl_patch.config.settings import (
     pin_report_file,
     unrecognised_values,
 )
-from fl_patch.compat.flagscale import tree as _flagscale
 from fl_patch.core.errors import warn
 from fl_patch.core.import_state import plugin_window
 from fl_patch.hooks import PatchingFinder, PathHookWatchdog
+from fl_patch.host.gloo_exit import settle_gloo_workers_at_exit
+from fl_patch.host.gloo_exit import withdraw as withdraw_gloo_exit_settle
 from fl_patch.host.gpu_only import GpuOnlyFinder
+from fl_patch.runtime import RUNTIME
 
 __all__ = ["current_finder", "install", "is_installed", "load_sources", "uninstall"]
 

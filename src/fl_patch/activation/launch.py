@@ -32,10 +32,10 @@ import sys
 import types
 from collections.abc import Sequence
 
-from fl_patch.host.children import PACKAGE_BOOTSTRAP
-from fl_patch.host.interpreter_options import ISOLATION_FLAGS, parse_options
 from fl_patch.config.settings import ENV
 from fl_patch.core.errors import warn
+from fl_patch.host.children import PACKAGE_BOOTSTRAP
+from fl_patch.host.interpreter_options import ISOLATION_FLAGS, parse_options
 
 __all__ = [
     "child_environment",

@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 
-from fl_patch.runtime import RUNTIME
 from fl_patch.config.settings import ENV, strict_requested
 from fl_patch.core.errors import FlPatchError, is_stop_request, warn
+from fl_patch.runtime import RUNTIME
 
 __all__ = ["activate", "armed"]
 

@@ -40,7 +40,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fl_patch.activation import install as _activation
-from fl_patch.runtime import RUNTIME
 from fl_patch.config.settings import ENV
 from fl_patch.core.errors import FlPatchWarning
 from fl_patch.core.kinds import fits as _fits
@@ -49,8 +48,9 @@ from fl_patch.core.missing import locate, mock_stand_in, unusable, upstream_mock
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.registration import Registration
 from fl_patch.core.resolve import Kind, Resolved, load_impl, owned_path
-from fl_patch.diagnostics.forwarding import forwarding_findings
 from fl_patch.core.signatures import Finding, compare_signatures
+from fl_patch.diagnostics.forwarding import forwarding_findings
+from fl_patch.runtime import RUNTIME
 
 __all__ = ["CheckReport", "CheckResult", "Listed", "check", "list_registrations"]
 

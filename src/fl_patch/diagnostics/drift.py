@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING
 
 from fl_patch.core.gates import package_info_version, parse_gate
 from fl_patch.core.missing import strip_repeated_module_name
-from fl_patch.diagnostics.forwarding import forwarding_findings, string_value
 from fl_patch.core.signatures import compare_signatures
+from fl_patch.diagnostics.forwarding import forwarding_findings, string_value
 
 if TYPE_CHECKING:
     from fl_patch.core.registration import Registration

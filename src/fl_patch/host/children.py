@@ -36,10 +36,10 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from fl_patch.host.interpreter_options import ISOLATION_FLAGS, parse_options
 from fl_patch.config.settings import ENV
-from fl_patch.host.wrappers import WRAPPERS, unwrap
 from fl_patch.core.errors import warn
+from fl_patch.host.interpreter_options import ISOLATION_FLAGS, parse_options
+from fl_patch.host.wrappers import WRAPPERS, unwrap
 
 # Not ``from typing import TYPE_CHECKING``: this module imports no typing at run time (see
 # fl_patch/__init__.py). Type checkers read this as theirs.

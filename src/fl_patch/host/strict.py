@@ -40,8 +40,8 @@ import sys
 import types
 from collections.abc import Callable
 
-from fl_patch.runtime import RUNTIME
 from fl_patch.core.errors import FlPatchError, warn
+from fl_patch.runtime import RUNTIME
 
 __all__ = ["arm", "disarm", "register_exit_check"]
 

@@ -52,9 +52,9 @@ import types
 from collections.abc import Callable
 from dataclasses import replace
 
-from fl_patch.runtime import RUNTIME
 from fl_patch.core.apply import stands_for
 from fl_patch.core.records import PatchRecord, Status
+from fl_patch.runtime import RUNTIME
 
 __all__ = [
     "CallCounts",
