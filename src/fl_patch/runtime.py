@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from fl_patch.config.settings import Settings
     from fl_patch.core.errors import ProblemSink
     from fl_patch.core.registry import Registry
-    from fl_patch.engine.observer import Engine
+    from fl_patch.engine.engine import Engine
 
 __all__ = ["RUNTIME", "Runtime"]
 
@@ -52,31 +52,32 @@ class Runtime:
     @property
     def registry(self) -> Registry:
         if self._registry is None:
+            from fl_patch.core.registry import Registry  # before the lock: never import while holding it
+
             with self.lock:
                 if self._registry is None:
-                    from fl_patch.core.registry import Registry
-
                     self._registry = Registry()
         return self._registry
 
     @property
     def problems(self) -> ProblemSink:
         if self._problems is None:
+            from fl_patch.core.errors import ProblemSink  # before the lock: never import while holding it
+
             with self.lock:
                 if self._problems is None:
-                    from fl_patch.core.errors import ProblemSink
-
                     self._problems = ProblemSink()
         return self._problems
 
     @property
     def engine(self) -> Engine:
         if self._engine is None:
+            from fl_patch.engine.engine import Engine  # before the lock: never import while holding it
+
+            registry, problems = self.registry, self.problems
             with self.lock:
                 if self._engine is None:
-                    from fl_patch.engine.observer import Engine
-
-                    self._engine = Engine(self.registry, self.problems)
+                    self._engine = Engine(registry, problems)
         return self._engine
 
     @property

@@ -37,6 +37,7 @@ from fl_patch.hooks import PatchingFinder, PathHookWatchdog
 from fl_patch.host.gloo_exit import settle_gloo_workers_at_exit
 from fl_patch.host.gloo_exit import withdraw as withdraw_gloo_exit_settle
 from fl_patch.host.gpu_only import GpuOnlyFinder
+from fl_patch.host.gpu_only import release as gpu_only_release
 from fl_patch.runtime import RUNTIME
 
 __all__ = ["current_finder", "install", "is_installed", "load_sources", "uninstall"]
@@ -136,16 +137,31 @@ def _configure(settings: Settings) -> None:
         RUNTIME.flagscale_configured = True
         engine.on_load(_flagscale.DECORATORS, _join_flagscale_tree)
         engine.vendor_choice.add_hint(_flagscale_platform)
-    if settings.strict:  # before the report's: atexit runs the report first, then this check
-        from fl_patch.host import strict as _strict
-
-        _strict.arm()
-    if settings.report_at_exit:
-        from fl_patch.report import exit_report as _exit_report  # only in report mode: a normal run pays nothing
-
-        _exit_report.enable()
+    modes = _import_modes(settings)
+    if "strict" in modes:  # before the report's: atexit runs the report first, then this check
+        modes["strict"].arm()  # type: ignore[attr-defined]
+    if "report" in modes:
+        modes["report"].enable()  # type: ignore[attr-defined]
     else:
-        engine.call_counter = None
+        _stop_counting(engine)
+
+
+def _import_modes(settings: Settings) -> dict[str, types.ModuleType]:
+    """The modules of the modes ``settings`` turn on, imported only then (a normal run pays nothing).
+
+    Called before any lock of fl_patch is taken (``install()``): an import while holding one could
+    wait for a module lock that another thread holds while it waits for ours.
+    """
+    modes: dict[str, types.ModuleType] = {}
+    if settings.strict:
+        from fl_patch.host import strict
+
+        modes["strict"] = strict
+    if settings.report_at_exit:
+        from fl_patch.report import exit_report
+
+        modes["report"] = exit_report
+    return modes
 
 
 def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
@@ -187,14 +203,15 @@ def install() -> bool:
     if not enabled():
         return False
     engine = RUNTIME.engine
+    settings = Settings.from_environ()
+    _import_modes(settings)  # imports first, outside our lock (see there)
     with RUNTIME.lock:
         if engine.installed:
             return True
         pin_report_file()
-        settings = Settings.from_environ()
         _configure(settings)
         first = not RUNTIME.sources_loaded
-        finder = PatchingFinder(engine)
+        finder = PatchingFinder(engine, every_import=gpu_only_release)
         RUNTIME.finder = finder
         sys.meta_path.insert(0, finder)
         # Last, so that it is asked only for packages no real finder has (hooks/gpu_only.py).
@@ -279,10 +296,16 @@ def _reset_for_tests() -> None:
     """Uninstall and forget all registrations, so the next install() starts afresh."""
     uninstall()
     RUNTIME.engine.reset()
-    RUNTIME.engine.call_counter = None
+    _stop_counting(RUNTIME.engine)
     RUNTIME.sources_loaded = False
     # A registry module registers when its body runs: forget the packs' (and the
     # sub-registries they import) so the next install() runs them again; user registry
     # modules are the test's own business.
     for name in [n for n in sys.modules if n.startswith("fl_patch.impls.") and n.endswith("registry")]:
         del sys.modules[name]
+
+
+def _stop_counting(engine: object) -> None:
+    exit_report = sys.modules.get("fl_patch.report.exit_report")
+    if exit_report is not None:
+        engine.remove_wrap(exit_report.make_counter)  # type: ignore[attr-defined]

@@ -14,10 +14,14 @@ finder, at the first import of
 A process that never does either pays for reading a few environment variables and
 this module: neither the engine, nor wrapt, nor torch is imported.
 
-Installing happens inside ``find_spec`` of the triggering import, and installing may
-import anything (a registry module may import megatron itself). If that loads the
-very module being found, it is not loaded a second time: the trigger hands the
-import system the module that now exists (``_LoadedModule``).
+Installing never happens inside ``find_spec`` (nor a path hook): CPython calls those holding
+its global import lock, and installing imports the packs and the user's registries, which
+may import anything and wait on threads that import (another thread's import then waits
+for that lock while this one waits for it: a hang). The trigger's ``find_spec`` only hands
+the import system the module's real spec with an installing loader; the loader installs
+(holding only that module's lock) and then runs the body through the patching finder's
+loader, so the triggering module is patched like any other. If installing imports that
+very module (a registry that imports megatron), it is not loaded a second time.
 
 Targets outside megatron whose modules were imported before activation
 (``torch.Tensor.cuda``, say) are patched then, on the spot, and the report says so
@@ -40,12 +44,20 @@ __all__ = ["activate", "armed"]
 
 
 class _ActivationTrigger:
-    """A ``sys.meta_path`` entry that installs fl_patch at the first import that needs it."""
+    """A ``sys.meta_path`` entry that installs fl_patch at the first import that needs it.
+
+    ``find_spec`` runs under the interpreter's global import lock, so it only decides: it finds
+    the module's real spec (asking the finders behind it) and hands the import system that spec
+    with an ``_InstallingLoader``. Installing (reading the environment, importing the packs and
+    the user's registries, which may import anything and wait on threads that import) happens in
+    that loader, where CPython holds only this one module's lock.
+    """
 
     def __init__(self, roots: frozenset[str], after_site: bool) -> None:
         self.roots = roots
         self.after_site = after_site
         self.armed = True
+        self.due = False  # the path hook saw megatron searched past us: install at the next import
 
     @property
     def fl_patch_inert(self) -> bool:
@@ -57,33 +69,96 @@ class _ActivationTrigger:
     ) -> ModuleSpec | None:
         if not self.armed:
             return None
-        if fullname.partition(".")[0] not in self.roots and not (self.after_site and not _site_running()):
+        if not (self.due or fullname.partition(".")[0] in self.roots or (self.after_site and not _site_running())):
             return None
+        spec = _real_spec(self, fullname, path, target)
+        if spec is None or spec.loader is None:
+            return None  # not found here (its ImportError is the program's): wait for the next import
         # Disarm, but stay in sys.meta_path: removing an entry while the import system
         # iterates over the list would make this very import skip the entry after it.
         self.armed = False
-        try:
-            finder = _install(fullname)
-        except BaseException as exc:
-            if is_stop_request(exc):
-                self.armed = True  # interrupted: the next such import tries again
-            raise
-        loaded = sys.modules.get(fullname)
-        if loaded is not None:  # installing imported it (a registry did): do not load it again
-            # importlib's _find_spec answers an import whose module appeared meanwhile with
-            # that module's own __spec__, then loads it again from it: so the module's spec
-            # is ours until the import system has taken the module back.
-            spec = ModuleSpec(fullname, _LoadedModule(loaded), origin=getattr(loaded, "__file__", None))  # type: ignore[arg-type]  # a duck-typed loader
-            loaded.__spec__ = spec
-            return spec
-        if finder is None:
-            return None
-        # install() put the patching finder at the front of sys.meta_path, behind the
-        # position the import system is at: hand it this import ourselves.
-        return finder.find_spec(fullname, path, target)  # type: ignore[attr-defined]
+        spec.loader = _InstallingLoader(fullname, spec, self)  # type: ignore[assignment]  # a duck-typed loader
+        return spec
 
     def invalidate_caches(self) -> None:
         pass
+
+
+def _real_spec(
+    finder: object, fullname: str, path: Sequence[str] | None, target: ModuleType | None
+) -> ModuleSpec | None:
+    """The spec the finders behind ``finder`` give (never importlib.util.find_spec: it re-enters them all)."""
+    for entry in list(sys.meta_path):
+        if entry is finder or getattr(entry, "fl_patch_inert", None) is not None:
+            continue
+        find_spec = getattr(entry, "find_spec", None)
+        if find_spec is None:
+            continue
+        spec = find_spec(fullname, path, target)
+        if spec is not None:
+            return spec
+    return None
+
+
+class _InstallingLoader:
+    """Installs fl_patch, then loads its module through the patching finder's loader.
+
+    ``create_module`` runs before the module is in ``sys.modules`` (holding only its module
+    lock): if installing imports this very module (a registry that imports megatron), that
+    import loads it fully and ``create_module`` hands the import system that module, which is
+    then not run a second time.
+    """
+
+    def __init__(self, fullname: str, spec: ModuleSpec, trigger: _ActivationTrigger) -> None:
+        self.fullname = fullname
+        self.real_loader = spec.loader
+        self.real_spec = spec
+        self.trigger = trigger
+        self._delegate: object = spec.loader
+        self._loaded: ModuleType | None = None
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        try:
+            finder = _install(self.fullname)
+        except BaseException as exc:
+            if is_stop_request(exc):
+                self.trigger.armed = True  # interrupted: the next such import tries again
+            raise
+        loaded = sys.modules.get(self.fullname)
+        if loaded is not None:  # installing imported it (a registry did): do not load it again
+            self._loaded = loaded
+            self._loaded_spec = getattr(loaded, "__spec__", None)
+            self._loaded_loader = getattr(loaded, "__loader__", None)
+            return loaded
+        if finder is not None:
+            # The patching finder is in place now: its loader runs the body and patches it.
+            plain = ModuleSpec(
+                self.fullname,
+                self.real_loader,
+                origin=spec.origin,
+                is_package=spec.submodule_search_locations is not None,
+            )
+            plain.submodule_search_locations = spec.submodule_search_locations
+            hooked = finder.hooked(self.fullname, plain)  # type: ignore[attr-defined]
+            if hooked is not None and hooked.loader is not None:
+                self._delegate = hooked.loader
+        create = getattr(self._delegate, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module: ModuleType) -> None:
+        if self._loaded is not None and module is self._loaded:
+            # The module as it was loaded, for everyone after (the import system stamped our spec on it).
+            if self._loaded_spec is not None:
+                module.__spec__ = self._loaded_spec
+            if self._loaded_loader is not None:
+                module.__loader__ = self._loaded_loader
+            return
+        # Everyone after sees the real loader (inspect.getsource, resources), as without fl_patch.
+        if getattr(module, "__loader__", None) is self:
+            module.__loader__ = self.real_loader
+        if getattr(module.__spec__, "loader", None) is self:
+            module.__spec__.loader = self.real_loader  # type: ignore[union-attr]
+        self._delegate.exec_module(module)  # type: ignore[attr-defined]
 
 
 class _ArmedPathHook:
@@ -104,13 +179,9 @@ class _ArmedPathHook:
     def __call__(self, path: str) -> object:
         trigger = self.trigger
         if trigger.armed and not _site_running() and _inside_loaded_root(str(path), trigger.roots):
-            trigger.armed = False
-            try:
-                _install(str(path))
-            except BaseException as exc:
-                if is_stop_request(exc):
-                    trigger.armed = True
-                raise
+            # Path hooks run under the interpreter's global import lock: only note it. The trigger
+            # installs at the next import that reaches it, in that import's loader.
+            trigger.due = True
         raise ImportError("fl_patch's start-up path hook handles no path")
 
 
@@ -167,23 +238,6 @@ class _StartedWhileLoading:
 
     def invalidate_caches(self) -> None:
         pass
-
-
-class _LoadedModule:
-    """A loader that hands the import system a module that already exists, and runs nothing."""
-
-    def __init__(self, module: ModuleType) -> None:
-        self.module = module
-        self.real_spec = module.__spec__
-        self.real_loader = getattr(module, "__loader__", None)
-
-    def create_module(self, spec: ModuleSpec) -> ModuleType:
-        return self.module
-
-    def exec_module(self, module: ModuleType) -> None:
-        module.__spec__ = self.real_spec  # the module as it was loaded, for everyone after
-        if self.real_loader is not None:
-            module.__loader__ = self.real_loader
 
 
 def _site_running() -> bool:

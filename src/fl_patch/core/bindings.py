@@ -28,7 +28,7 @@ import types
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 
-from fl_patch.core.apply import AppliedPatch, binding
+from fl_patch.core.patch import AppliedPatch, binding
 
 __all__ = [
     "AliasBinding",
@@ -127,34 +127,20 @@ def rebind_aliases(
 
 
 def _swept(patch: AppliedPatch) -> bool:
-    """Whether names bound to this patch's original elsewhere are rebound (and recorded)."""
+    """Whether names bound to this patch's original elsewhere are rebound (and recorded).
+
+    Not for a redirected class (its name keeps the upstream class: nothing to rebind), a proxy
+    kept at the target (the proxy itself stays bound), a module, or a re-export (only the named
+    place changes)."""
     original = patch.original
     holder = patch.holder
+    if patch.redirected or patch.proxy is not None:
+        return False
     if not isinstance(holder, types.ModuleType) or not sweepable(original):
         return False
     if isinstance(original, types.ModuleType):
         return False  # a module bound to a name (``torch``): shared, never swept
-    return getattr(original, "__module__", None) == holder.__name__  # else a re-export: only the named place changes
-
-
-def _impl_module(patch: AppliedPatch) -> str | None:
-    """The module of the impl behind a patch (whose own names to the original are kept).
-
-    fl_patch's own objects (a class stand-in, a shared impl's copy) are named where they are
-    installed: their ``__module__`` is the target's module, whose re-exports must be rebound like
-    any other module's; the impl is the registration's, or the stand-in's base class.
-    """
-    installed = patch.installed
-    module = getattr(installed, "__module__", None)
-    holder = patch.holder
-    if isinstance(module, str) and module == getattr(holder, "__name__", None) and not patch.whole_module:
-        if isinstance(installed, type) and len(installed.__mro__) > 1:
-            module = getattr(installed.__mro__[1], "__module__", None)
-        elif patch.registration is not None and isinstance(patch.registration.impl, str):
-            module = patch.registration.impl.rpartition(".")[0] or None
-        else:
-            return None
-    return module if isinstance(module, str) else None
+    return getattr(original, "__module__", None) == holder.__name__
 
 
 class HolderIndex:
@@ -286,9 +272,8 @@ class NameBindings:
             with self._lock:
                 self._installed[id(patch.installed)] = patch
                 self._installed_ids.add(id(patch.installed))
-            impl_module = _impl_module(patch)
-            if impl_module is not None:
-                skip.add(impl_module)  # the impl's own module keeps the original (seed pattern)
+            if patch.impl_module is not None:
+                skip.add(patch.impl_module)  # the impl's own module keeps the original (seed pattern)
         if not replacements:
             return
         modules = modules_since(window) if window is not None else self._late_modules(replacements)
@@ -322,7 +307,7 @@ class NameBindings:
             patch = installed.get(id(value))
             if patch is None or patch.installed is not value or name != patch.name or module is patch.holder:
                 continue
-            if getattr(value, "__module__", None) == namespace.get("__name__"):
+            if patch.impl_module is not None and patch.impl_module == namespace.get("__name__"):
                 continue  # the impl's own module
             if patch.is_in_place():
                 patch.later_bindings.append(binding(module, name, patch.original))

@@ -1,33 +1,23 @@
-"""What an impl must be to stand in for its target, by the kind of the target: one place.
+"""What an impl must be to stand in for its target, by the kind of the target: one decision, one place.
 
-The engine (``core.apply.build_replacement``) and ``--check`` (``introspection.check``) both ask this module,
-so a registration the engine refuses is an error in ``--check`` with the same words, and
-one ``--check`` calls ok is one the engine installs.
+The engine (``engine.applier``) and ``--check`` (``diagnostics.check``) both call ``decide``, so a
+registration the engine refuses is an error in ``--check`` with the same words, and one
+``--check`` calls ok is one the engine installs, with the same adaptations.
 
-Three questions, each answered here only:
-
-- **Class targets** (``stand_in_class``). Upstream code checks ``isinstance(x, Name)`` and
-  ``issubclass(S, Name)`` against whatever ``Name`` is when the check runs. Once a class
-  is replaced, ``Name`` is the replacement; instances of the original made before the
-  patch, subclasses of the original defined before it (megatron's ``MLATransformerConfig``
-  is defined in the same module body as ``TransformerConfig``, so always before), and ABC
-  virtual subclasses registered with the original would all fail the check. Python decides
-  ``isinstance(x, Name)`` by ``type(Name).__instancecheck__``, and the impl's metaclass
-  cannot be changed in place (``type`` is immutable). So what is installed is fl_patch's
-  own *stand-in*: a subclass of the impl, named and placed like the target, whose
-  metaclass (a subclass of the impl's own) also accepts everything the original accepts.
-  It adds nothing else: no slots, no methods; its instances are instances of the impl.
+- **Class targets**: the impl must be a class that subclasses the target class (how it then takes
+  the target's place is ``core.classes``).
 - **Wrapper kinds** (``WRAPPERS``). A target wrapped by ``functools.lru_cache``,
-  ``singledispatch``, ``singledispatchmethod``, ``cached_property`` or ``property`` has
-  callers that use the wrapper's API (megatron calls ``self.forward.cache_clear()`` on
-  ``YarnRotaryEmbedding``). The replacement keeps that kind: a plain impl is wrapped the
-  same way (same ``maxsize``/``typed``; a fresh ``cached_property`` given its name), an
-  impl of that kind is used as it is, and where no wrapping keeps the meaning
-  (``singledispatch``: which overloads would still run?) a plain impl is refused.
-- **Wrong kinds** (``refusal``): an impl that would drop or add the receiver (a
-  staticmethod, classmethod, property or class for a method; a classmethod for a
-  function; ...) is refused, and so is one whose signature cannot take every call the
-  target takes (``introspection.signatures.compare_signatures`` errors).
+  ``singledispatch``, ``singledispatchmethod`` or ``cached_property`` has callers that use the
+  wrapper's API (megatron calls ``self.forward.cache_clear()`` on ``YarnRotaryEmbedding``). The
+  replacement keeps that kind: a plain impl is wrapped the same way (same ``maxsize``/``typed``;
+  a fresh ``cached_property`` given its name), an impl of that kind is used as it is, and where no
+  wrapping keeps the meaning (``singledispatch``: which overloads would still run?) a plain impl is
+  refused.
+- **Wrong kinds** (``refusal``): an impl that would drop or add the receiver (a staticmethod,
+  classmethod, property or class for a method; a classmethod for a function; ...) is refused,
+  and so is one whose signature cannot take every call the target takes
+  (``core.signatures.compare`` errors). A parameter the impl merely *names* differently is no
+  reason to refuse: the decision carries the renames, and the engine passes keyword calls on.
 """
 
 from __future__ import annotations
@@ -35,135 +25,41 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-import threading
 import types
-import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fl_patch.core.resolve import Kind, Resolved, describe
-from fl_patch.core.signatures import Finding, compare_signatures
+from fl_patch.core.signatures import Comparison, Finding, compare
 
 __all__ = [
-    "ORIGINAL_ATTR",
+    "Decision",
     "Wrapper",
+    "decide",
     "fits",
-    "is_stand_in",
     "kind_problem",
     "prefixed",
     "read_signature",
     "refusal",
-    "refusal_cause",
     "rewrap",
-    "stand_in_class",
     "torchscript_callers",
     "wrapper_of",
 ]
 
-# ---------------------------------------------------------------------------------- classes
-ORIGINAL_ATTR = "__fl_patch_original__"  # on a stand-in: the upstream class it stands in for
-_IMPL_ATTR = "__fl_patch_impl__"  # on a stand-in: the registered impl class
 
-# One stand-in metaclass per metaclass of an impl (type, ABCMeta, a library's own).
-_METAS: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+class KindMismatch(Exception):
+    """Raised by ``rewrap``: the impl is not of the target's wrapper kind and cannot be made one."""
 
 
-def _own(cls: type, name: str) -> object:
-    # Only the stand-in's own entry: a class that subclasses the stand-in later is an
-    # ordinary class (its checks are the usual ones).
-    return type.__dict__["__dict__"].__get__(cls).get(name)
+@dataclass(frozen=True)
+class Decision:
+    """Whether ``impl`` may stand in for the target, and how: one answer for the engine and ``--check``."""
 
-
-_CHECKING = threading.local()
-
-
-def _guarded(cls: type, sub: object, check: Callable[[Any, Any], bool], obj: object, original: object) -> bool:
-    """``check(obj, original)``, unless this very question is already being asked on this thread.
-
-    An ABC's check walks the original's subclasses, which include the impl and so the
-    stand-in, which asks the original again: the inner question answers by the stand-in's
-    own class machinery alone.
-    """
-    active: set[tuple[int, int]] = _CHECKING.__dict__.setdefault("active", set())
-    key = (id(cls), id(sub))
-    if key in active:
-        return False
-    active.add(key)
-    try:
-        return check(obj, original)
-    finally:
-        active.discard(key)
-
-
-def _stand_in_meta(meta: type) -> type:
-    cached = _METAS.get(meta)
-    if cached is not None:
-        return cached
-
-    def __instancecheck__(cls: type, obj: object) -> bool:
-        original = _own(cls, ORIGINAL_ATTR)
-        if original is not None and _guarded(cls, type(obj), isinstance, obj, original):
-            return True
-        return meta.__instancecheck__(cls, obj)  # type: ignore[call-arg]  # the metaclass's own, given cls
-
-    def __subclasscheck__(cls: type, sub: type) -> bool:
-        original = _own(cls, ORIGINAL_ATTR)
-        if original is not None and _guarded(cls, sub, issubclass, sub, original):
-            return True
-        return meta.__subclasscheck__(cls, sub)  # type: ignore[call-arg]  # the metaclass's own, given cls
-
-    def __repr__(cls: type) -> str:
-        impl = _own(cls, _IMPL_ATTR)
-        if impl is None:
-            return meta.__repr__(cls)  # type: ignore[call-arg]  # the metaclass's own, given cls
-        return f"<class '{cls.__module__}.{cls.__qualname__}' (fl_patch: {impl.__module__}.{impl.__qualname__})>"  # type: ignore[attr-defined]
-
-    namespace = {
-        "__instancecheck__": __instancecheck__,
-        "__subclasscheck__": __subclasscheck__,
-        "__repr__": __repr__,
-        "__module__": __name__,
-        "__qualname__": f"StandIn[{meta.__qualname__}]",
-    }
-    derived = type(meta)(f"StandIn[{meta.__name__}]", (meta,), namespace)
-    _METAS[meta] = derived
-    return derived
-
-
-def is_stand_in(obj: object) -> bool:
-    return isinstance(obj, type) and _own(obj, ORIGINAL_ATTR) is not None
-
-
-def stand_in_class(original: type, impl: type, holder: object, name: str) -> type:
-    """fl_patch's class to install at ``holder.name`` for ``impl`` (a subclass of ``original``).
-
-    Named and placed like the target (``__module__``/``__qualname__`` of where it is
-    installed), so pickle finds it by the upstream name; ``__slots__ = ()`` so its
-    instances are laid out exactly as the impl's. Raises ``ImplMismatch`` when the impl's
-    class machinery refuses a subclass (``__init_subclass__`` that needs arguments, ...).
-    """
-    from fl_patch.core.apply import ImplMismatch
-
-    if isinstance(holder, type):
-        module, qualname = holder.__module__, f"{holder.__qualname__}.{name}"
-    else:
-        module, qualname = getattr(holder, "__name__", original.__module__), name
-    namespace = {
-        "__module__": module,
-        "__qualname__": qualname,
-        "__doc__": impl.__doc__,
-        "__slots__": (),
-        ORIGINAL_ATTR: original,
-        _IMPL_ATTR: impl,
-    }
-    try:
-        return _stand_in_meta(type(impl))(name, (impl,), namespace)
-    except Exception as exc:  # noqa: BLE001  (the impl's own class machinery: reported, not raised)
-        raise ImplMismatch(
-            f"cannot build the class that keeps isinstance/issubclass of the original "
-            f"(a subclass of {impl.__module__}.{impl.__qualname__}): {type(exc).__name__}: {exc}"
-        ) from None
+    refusal: str | None  # why it is refused (None: it is applied)
+    renames: dict[str, str] = field(default_factory=dict)  # keyword calls the engine passes on (core.signatures)
+    findings: list[Finding] = field(default_factory=list)  # everything said about it (errors, warnings, notes)
+    compared: bool = True  # False: nothing could be compared (a C function's signature, a module)
 
 
 # ---------------------------------------------------------------------------------- wrappers
@@ -226,22 +122,20 @@ def wrapper_of(obj: object) -> Wrapper | None:
 
 
 def rewrap(resolved: Resolved, impl: object) -> tuple[bool, object]:
-    """(whether the target is a wrapper kind, the replacement for it); raises ImplMismatch."""
-    from fl_patch.core.apply import ImplMismatch
-
+    """(whether the target is a wrapper kind, the replacement for it); raises KindMismatch."""
     wrapper = wrapper_of(resolved.raw)
     if wrapper is None:
         return False, impl
     if wrapper.detect(impl) and wrapper.wrap is not _wrap_cached_property:
         return True, impl  # already that kind, with its API
     if wrapper.wrap is None:
-        raise ImplMismatch(
+        raise KindMismatch(
             f"the target is a {wrapper.name} (callers use its .{', .'.join(wrapper.api)}); "
             f"the impl must be one too (it is a {_kind_name(impl)})"
         )
     own_kind = isinstance(impl, functools.cached_property) and wrapper.wrap is _wrap_cached_property
     if not own_kind and (isinstance(impl, _DESCRIPTORS) or not callable(impl)):
-        raise ImplMismatch(f"the target is a {wrapper.name}, the impl a {_kind_name(impl)}")
+        raise KindMismatch(f"the target is a {wrapper.name}, the impl a {_kind_name(impl)}")
     return True, wrapper.wrap(resolved.raw, impl, resolved.holder, resolved.name)
 
 
@@ -312,15 +206,15 @@ def read_signature(obj: object, what: str) -> tuple[inspect.Signature | None, Fi
         return None, Finding("warning", f"cannot read the signature of the {what}: {exc}")
 
 
-def _compare(target: object, impl: object, *, receiver: bool) -> list[Finding] | None:
+def _compare(target: object, impl: object, *, receiver: bool) -> Comparison | None:
     """None when the target's signature cannot be read (a C function: nothing to compare)."""
     t_sig, _ = read_signature(target, "target")
     if t_sig is None:
         return None
     i_sig, i_problem = read_signature(impl, "impl")
     if i_sig is None:
-        return [i_problem] if i_problem is not None else []
-    return compare_signatures(t_sig, i_sig, receiver=receiver)
+        return Comparison([i_problem] if i_problem is not None else [], {})
+    return compare(t_sig, i_sig, receiver=receiver)
 
 
 def prefixed(finding: Finding, prefix: str) -> Finding:
@@ -342,34 +236,37 @@ def kind_problem(resolved: Resolved, impl: object) -> str | None:
             )
         return None
     if wrapper_of(raw) is not None:
-        from fl_patch.core.apply import ImplMismatch
-
         try:
             rewrap(resolved, impl)
-        except ImplMismatch as exc:
+        except KindMismatch as exc:
             return str(exc)
         return None
     return refusal(resolved, impl)
 
 
-def _signature_findings(resolved: Resolved, impl: object) -> list[Finding] | None:
+def _signature_comparison(resolved: Resolved, impl: object) -> Comparison | None:
     raw = resolved.raw
     kind = resolved.kind
     plain = impl.__func__ if isinstance(impl, (staticmethod, classmethod)) else impl
     if kind is Kind.CLASS:
         constructor = _compare(raw, impl, receiver=False)
-        return None if constructor is None else [prefixed(f, "constructor: ") for f in constructor]
+        if constructor is None:
+            return None
+        # A class is built with the impl's own signature: nothing is renamed for it.
+        return Comparison([prefixed(f, "constructor: ") for f in constructor.findings if f.level != "note"], {})
     wrapper = wrapper_of(raw)
     if wrapper is not None:
         if wrapper.wrap is None:
             return None  # the impl is of the target's own kind: its signature is its own affair
         inner = raw.func if isinstance(raw, functools.cached_property) else raw
         theirs = impl.func if isinstance(impl, functools.cached_property) else impl
-        return _compare(inner, theirs, receiver=isinstance(resolved.holder, type))
+        found = _compare(inner, theirs, receiver=isinstance(resolved.holder, type))
+        # (fl_patch wraps the impl in the target's own wrapper kind: no adapter goes in between)
+        return None if found is None else Comparison([f for f in found.findings if f.level != "note"], {})
     if kind in (Kind.MODULE, Kind.ATTRIBUTE):
         if kind is Kind.ATTRIBUTE and raw is not None and not isinstance(impl, type(raw)):
             message = f"the target is of type {type(raw).__name__}, the impl of type {type(impl).__name__}"
-            return [Finding("warning", message)]
+            return Comparison([Finding("warning", message)], {})
         return None
     if kind is Kind.FUNCTION:
         return _compare(raw, plain, receiver=False)
@@ -383,32 +280,40 @@ def _signature_findings(resolved: Resolved, impl: object) -> list[Finding] | Non
         getter = impl.fget if isinstance(impl, property) else impl
         if getter is None or raw.fget is None:  # type: ignore[attr-defined]
             return None
-        return _compare(raw.fget, getter, receiver=True)  # type: ignore[attr-defined]
+        found = _compare(raw.fget, getter, receiver=True)  # type: ignore[attr-defined]
+        return None if found is None else Comparison([f for f in found.findings if f.level != "note"], {})
     return None
 
 
+def decide(resolved: Resolved, impl: object) -> Decision:
+    """Whether the engine applies ``impl`` at what ``resolved`` found, and how (cheap: one
+    ``inspect.signature`` each side). ``--check`` reports exactly this."""
+    wrong = kind_problem(resolved, impl)
+    if wrong is not None:
+        return Decision(wrong, findings=[Finding("error", wrong)])
+    comparison = _signature_comparison(resolved, impl)
+    if comparison is None:
+        return Decision(None, compared=False)
+    errors = [f.message for f in comparison.findings if f.level == "error"]
+    if errors:
+        cause = f"the impl cannot take every call of {_dotted(resolved)}(): {'; '.join(errors)}"
+        return Decision(cause, findings=comparison.findings)
+    return Decision(None, renames=comparison.renames, findings=comparison.findings)
+
+
+def _dotted(resolved: Resolved) -> str:
+    holder = resolved.holder
+    if isinstance(holder, type):
+        return f"{holder.__module__}.{holder.__qualname__}.{resolved.name}"
+    return f"{getattr(holder, '__name__', describe(holder))}.{resolved.name}"
+
+
 def fits(resolved: Resolved, impl: object) -> list[Finding] | None:
-    """Findings on whether ``impl`` can stand in for what ``resolved`` found (None: nothing to compare).
-
-    Errors here are exactly what the engine refuses (``core.apply.build_replacement``, through
-    ``refusal_cause``); warnings it installs.
-    """
-    wrong = kind_problem(resolved, impl)
-    if wrong is not None:
-        return [Finding("error", wrong)]
-    return _signature_findings(resolved, impl)
-
-
-def refusal_cause(resolved: Resolved, impl: object) -> str | None:
-    """The engine's check when applying (cheap: one ``inspect.signature`` each): why it refuses."""
-    wrong = kind_problem(resolved, impl)
-    if wrong is not None:
-        return wrong
-    errors = [f.message for f in _signature_findings(resolved, impl) or () if f.level == "error"]
-    if not errors:
+    """``decide``'s findings (None: nothing could be compared), for ``--check``."""
+    decision = decide(resolved, impl)
+    if not decision.compared:
         return None
-    where = f"{describe(resolved.holder)}.{resolved.name}"
-    return f"the impl cannot take every call {where} takes: {'; '.join(errors)}"
+    return decision.findings
 
 
 # ---------------------------------------------------------------------------------- TorchScript

@@ -274,3 +274,40 @@ def _bound(node: ast.stmt) -> list[tuple[str, bool]]:
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         return [((alias.asname or alias.name).split(".")[0], False) for alias in node.names]
     return []
+
+
+def public_names(origin: str | None) -> set[str] | None:
+    """Public names a module's source defines at top level (its literal ``__all__`` if it has one).
+
+    What a module replaced whole must define too: the engine refuses a replacement that lacks one
+    (megatron's own ``from module import name`` would fail), and ``--check`` says the same. None
+    when the source cannot be read (a compiled module, a namespace package).
+    """
+    if not origin or not origin.endswith(".py"):
+        return None
+    try:
+        with open(origin, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=origin)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            try:
+                return {str(n) for n in ast.literal_eval(node.value)}
+            except ValueError:
+                break
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if not n.startswith("_")}
+
+
+def names_lacking(origin: str | None, impl: types.ModuleType) -> list[str]:
+    """The public names of the upstream module (``public_names``) that the replacement module lacks."""
+    wanted = public_names(origin)
+    return sorted(name for name in wanted or () if not hasattr(impl, name))

@@ -5,9 +5,12 @@ valid for the impl, and must mean the same thing there. Concretely, for each
 parameter of the target:
 
 - passed by position ``i``: the impl accepts position ``i`` (a parameter there, or
-  ``*args``); if the target also lets callers name it, the impl's parameter at ``i``
-  has the same name (else ``f(1, 2)`` and ``f(a=1, b=2)`` bind differently), and it
-  is not positional-only in the impl;
+  ``*args``), and it is not positional-only in the impl when callers may name it. Where
+  the impl calls that parameter by another name (``def divide(a, b)`` for
+  ``divide(numerator, denominator)``), a caller naming it means position ``i`` all the
+  same: that is a *rename*, not an error. ``compare`` returns the renames; the engine
+  then installs a small adapter that passes keyword calls on under the impl's names (only
+  for such impls: the common case costs nothing), and ``--check`` says so;
 - passed by keyword: the impl has a parameter of that name that takes keywords, or
   ``**kwargs`` (and then it has no *positional* parameter of that name either);
 - optional in the target: optional in the impl (callers leave it out). A different
@@ -26,7 +29,7 @@ import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Finding", "compare_signatures"]
+__all__ = ["Comparison", "Finding", "compare", "compare_signatures"]
 
 _P = inspect.Parameter
 _POSITIONAL = (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)
@@ -35,7 +38,7 @@ _KEYWORDABLE = (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY)
 
 @dataclass(frozen=True)
 class Finding:
-    level: str  # "error": calls would break or bind differently; "warning": behaviour may differ
+    level: str  # "error": calls would break; "warning": behaviour may differ; "note": adapted (a rename)
     message: str
 
     def as_dict(self) -> dict[str, str]:
@@ -54,13 +57,26 @@ def _same_default(a: object, b: object) -> bool:
     return type(a) is type(b) and repr(a) == repr(b)
 
 
+@dataclass(frozen=True)
+class Comparison:
+    findings: list[Finding]
+    renames: dict[str, str]  # target's parameter name -> the impl's, for keyword calls (position kept)
+
+
 def compare_signatures(target: inspect.Signature, impl: inspect.Signature, *, receiver: bool = False) -> list[Finding]:
-    """Why ``impl`` cannot stand in for ``target`` (errors), or may behave differently (warnings).
+    """``compare(...).findings``."""
+    return compare(target, impl, receiver=receiver).findings
+
+
+def compare(target: inspect.Signature, impl: inspect.Signature, *, receiver: bool = False) -> Comparison:
+    """Why ``impl`` cannot stand in for ``target`` (errors), may behave differently (warnings), and the renames.
 
     ``receiver=True``: both are functions stored on a class whose first parameter is
     the instance or class; it is matched by position, not by name.
     """
     errors: list[str] = []
+    notes: list[str] = []
+    renames: dict[str, str] = {}
     warnings: list[str] = []
     t_params = list(target.parameters.values())
     i_params = list(impl.parameters.values())
@@ -95,9 +111,10 @@ def compare_signatures(target: inspect.Signature, impl: inspect.Signature, *, re
         else:
             if other.kind is _P.POSITIONAL_OR_KEYWORD and other.name != param.name:
                 if by_keyword:
-                    errors.append(
-                        f"positional argument {index + 1} is {param.name!r} in the target, "
-                        f"{other.name!r} in the impl: callers naming it bind differently"
+                    renames[param.name] = other.name
+                    notes.append(
+                        f"positional argument {index + 1} is {param.name!r} in the target, {other.name!r} in the impl: "
+                        f"a call naming {param.name}= reaches the impl's {other.name!r} (fl_patch passes it on)"
                     )
                 elif other.name in t_keyword_names:
                     errors.append(
@@ -108,7 +125,7 @@ def compare_signatures(target: inspect.Signature, impl: inspect.Signature, *, re
                 errors.append(f"{name} is positional-only in the impl; callers of the target may pass it by keyword")
             if optional and other.default is _P.empty:
                 errors.append(f"{name} is optional in the target, required in the impl")
-            elif optional and other.name == param.name and not _same_default(param.default, other.default):
+            elif optional and not _same_default(param.default, other.default):
                 warnings.append(f"default of {name} differs: target {param.default!r}, impl {other.default!r}")
         if by_keyword and other is None:
             keyword = i_by_keyword.get(param.name)
@@ -116,9 +133,6 @@ def compare_signatures(target: inspect.Signature, impl: inspect.Signature, *, re
                 errors.append(f"the target accepts {name} by keyword; the impl does not")
             elif keyword is not None and optional and keyword.default is _P.empty:
                 errors.append(f"{name} is optional in the target, required in the impl")
-        elif by_keyword and other is not None and other.name != param.name:
-            if param.name not in i_by_keyword and i_var_kw is None:
-                errors.append(f"the target accepts {name} by keyword; the impl does not")
 
     for param in t_params:
         if param.kind is not _P.KEYWORD_ONLY:
@@ -161,7 +175,19 @@ def compare_signatures(target: inspect.Signature, impl: inspect.Signature, *, re
     for extra in i_params:
         if extra.kind is _P.KEYWORD_ONLY and extra.name not in t_keyword_names and extra.default is _P.empty:
             errors.append(f"the impl requires keyword {extra.name!r}, which callers of the target never pass")
-    return [Finding("error", m) for m in _unique(errors)] + [Finding("warning", m) for m in _unique(warnings)]
+    if renames:
+        # A keyword the target's callers pass under a name the impl gives another position would
+        # be renamed away from it: the rename covers every position, so only a name no position
+        # maps (a keyword-only one) can still collide.
+        renamed_to = set(renames.values())
+        for param in t_params:
+            if param.kind is _P.KEYWORD_ONLY and param.name in renamed_to:
+                errors.append(
+                    f"keyword {param.name!r} of the target is also the impl's name for another position: "
+                    "a call naming it cannot be passed on unambiguously"
+                )
+    findings = [Finding("error", m) for m in _unique(errors)] + [Finding("warning", m) for m in _unique(warnings)]
+    return Comparison(findings + [Finding("note", m) for m in _unique(notes)], renames)
 
 
 def _unique(messages: Sequence[str]) -> list[str]:

@@ -44,7 +44,7 @@ from fl_patch.config.settings import ENV
 from fl_patch.core.errors import FlPatchWarning
 from fl_patch.core.kinds import fits as _fits
 from fl_patch.core.kinds import prefixed, read_signature
-from fl_patch.core.missing import locate, mock_stand_in, unusable, upstream_mock, upstream_none
+from fl_patch.core.missing import locate, mock_stand_in, names_lacking, unusable, upstream_mock, upstream_none
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.registration import Registration
 from fl_patch.core.resolve import Kind, Resolved, load_impl, owned_path
@@ -491,8 +491,7 @@ def _module_fits(spec: importlib.machinery.ModuleSpec | None, impl: object) -> l
     except (OSError, SyntaxError, ValueError) as exc:
         return [Finding("warning", f"cannot read the upstream module's source: {exc}")]
     findings = []
-    defined = _top_level_names(tree)
-    missing = sorted(name for name in defined if not hasattr(impl, name))
+    missing = names_lacking(origin, impl)  # the engine's own rule (core.missing): it refuses the same
     if missing:
         findings.append(
             Finding("error", f"the replacement module lacks names the upstream module defines: {', '.join(missing)}")
@@ -512,25 +511,6 @@ def _module_fits(spec: importlib.machinery.ModuleSpec | None, impl: object) -> l
                 if finding.level == "error":  # upstream defaults are source text here: only errors count
                     findings.append(prefixed(finding, f"{node.name}: "))
     return findings
-
-
-def _top_level_names(tree: ast.Module) -> set[str]:
-    """Public names a module defines (its literal ``__all__`` if it has one)."""
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
-            try:
-                return {str(n) for n in ast.literal_eval(node.value)}
-            except ValueError:
-                break
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names.add(node.target.id)
-    return {n for n in names if not n.startswith("_")}
 
 
 class _SourceDefault:

@@ -25,17 +25,23 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from fl_patch.host import gpu_only as _gpu_only
+# At the top, not in find_spec: the loaders import wrapt, and nothing may be imported while
+# CPython holds its global import lock (find_spec runs under it). The finder itself is only
+# created at install, so a process that never installs does not pay for this.
+from ._loaders import substitute_spec, wrap_loader
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._observer import ImportObserver
 
 __all__ = ["PatchingFinder"]
 
 
 class PatchingFinder:
-    def __init__(self, observer: ImportObserver) -> None:
+    def __init__(self, observer: ImportObserver, every_import: Callable[[str], None] | None = None) -> None:
         self._observer = observer
+        self._every_import = every_import  # told each name first (cheap: under the global import lock)
         self._local = threading.local()
 
     def _real_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None) -> ModuleSpec | None:
@@ -65,8 +71,8 @@ class PatchingFinder:
         meta_path = sys.meta_path
         if meta_path and meta_path[0] is not self and not _behind_own_trigger(meta_path, self):
             self._stay_first()
-        if _gpu_only.LIVE:  # a GPU-only stand-in outlives only its own import statement
-            _gpu_only.release(fullname)
+        if self._every_import is not None:
+            self._every_import(fullname)
         if not self._observer.watches(fullname):
             return None
         busy: set[str] | None = getattr(self._local, "busy", None)
@@ -88,10 +94,6 @@ class PatchingFinder:
     def hooked(self, fullname: str, spec: ModuleSpec | None) -> ModuleSpec | None:
         """``spec`` (the real one of a watched module), made to load through the engine."""
         provide = self._observer.substitute_for(fullname, spec)
-        # Imported here, not at the top: the loaders need wrapt (~25 ms to import), which a
-        # process that never imports a watched module should not pay at start-up.
-        from ._loaders import substitute_spec, wrap_loader
-
         if provide is not None:
             return substitute_spec(fullname, spec, provide, self._observer)
         if spec is None or spec.loader is None:

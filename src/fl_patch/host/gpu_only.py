@@ -75,10 +75,12 @@ class GpuOnlyPackageMissing(FlPatchError, ImportError):
 def release(fullname: str) -> None:
     """Take the stand-ins out of ``sys.modules`` unless ``fullname`` is one of their own imports.
 
-    Called by the patching finder, first in ``sys.meta_path``, at every import while ``LIVE``
-    is not empty (the importer keeps its bindings; an unguarded import that runs again is
-    served again).
+    The patching finder, first in ``sys.meta_path``, calls this at every import (its
+    ``every_import``; activation passes it): nothing to do unless ``LIVE`` is not empty (the
+    importer keeps its bindings; an unguarded import that runs again is served again).
     """
+    if not LIVE:
+        return
     root = fullname.partition(".")[0]
     if root in LIVE:
         return  # `import triton.language`: the parent must stay until the statement is done

@@ -1,18 +1,16 @@
 """Report mode (``--report``, ``FL_PATCH_REPORT=1``): count calls, say at exit what happened.
 
-Imported only in report mode. ``enable()`` sets the engine's ``call_counter``, so
+Imported only in report mode. ``enable()`` adds ``make_counter`` to the engine's wraps, so
 every function or method replacement is wrapped, before it is installed, in a
 counting function; at interpreter exit the process prints (or appends to
 ``FL_PATCH_REPORT_FILE``) what was applied, how often each patched target was
 called, what never triggered and what failed.
 
-Why a plain function made with ``functools.wraps(impl, updated=())`` and not a
-wrapt proxy: ``torch.compile`` inlines a proxy's ``__code__`` (the impl's, or
-worse, the original's) and never calls the wrapper, and proxies do not pickle.
-``updated=()`` keeps the impl's ``__dict__`` (which may hold
-``_torchdynamo_orig_callable``) off the wrapper. The wrapper keeps the impl's
-``__module__``: the engine reads it to leave the impl's own module out of the
-alias sweep.
+Why a plain function and not a wrapt proxy: ``torch.compile`` inlines a proxy's
+``__code__`` (the impl's, or worse, the original's) and never calls the wrapper, and
+proxies do not pickle. The engine gives the counting function the face it gives any
+replacement (``core.patch``): named where it is installed (pickle finds it there),
+``__wrapped__`` the upstream original.
 
 What is counted, and what is not, so the numbers are never mistaken for more than
 they are:
@@ -27,16 +25,14 @@ they are:
   ``os._exit`` and prints nothing; spawn and forkserver children, torchrun workers
   and subprocesses that exit normally print their own report.
 
-Known cost of report mode: a counted function is a different object from the
-impl, so pickling it by reference (``pickle.dumps(patched_function)``) fails with
-"not the same object". Report mode is for diagnosis runs.
+A counted call costs one more Python call than an uncounted one; report mode is for
+diagnosis runs.
 """
 
 from __future__ import annotations
 
 import atexit
 import errno
-import functools
 import inspect
 import itertools
 import json
@@ -52,8 +48,8 @@ import types
 from collections.abc import Callable
 from dataclasses import replace
 
-from fl_patch.core.apply import stands_for
 from fl_patch.core.records import PatchRecord, Status
+from fl_patch.core.resolve import Kind
 from fl_patch.runtime import RUNTIME
 
 __all__ = [
@@ -115,15 +111,20 @@ def calls(target: str) -> int | None:
     return int(repr(counter)[len("count(") : -1]) - 1
 
 
-def make_counter(target: str, replacement: object) -> object:
-    """The engine's ``call_counter``: a counting stand-in for ``replacement``, or itself."""
-    if not isinstance(replacement, types.FunctionType):
-        return replacement
-    if inspect.isgeneratorfunction(replacement) or inspect.isasyncgenfunction(replacement):
-        return replacement  # a wrapper would change what inspect says the function is
+def make_counter(target: str, function: types.FunctionType, upstream: object, kind: Kind) -> types.FunctionType:
+    """The engine's wrap in report mode (``core.patch.Wrap``): ``function`` counted, or itself.
+
+    Only plain functions and methods are counted (see the module doc). The engine gives the
+    returned function the upstream's face (``__wrapped__`` = upstream, named where installed), as
+    it does without report mode: a diagnostic mode never changes what callers see.
+    """
+    if kind not in (Kind.FUNCTION, Kind.METHOD):
+        return function
+    if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+        return function  # a wrapper would change what inspect says the function is
     counter = _counter_for(target)
     is_compiling = _is_compiling_function()
-    impl = replacement
+    impl = function
     tick = counter.__next__
 
     if inspect.iscoroutinefunction(impl):
@@ -133,30 +134,19 @@ def make_counter(target: str, replacement: object) -> object:
                 tick()
             return await impl(*args, **kwargs)
 
-        wrapper: types.FunctionType = counted_async  # type: ignore[assignment]  # a def: a FunctionType
-    else:
+        return counted_async  # type: ignore[return-value]  # a def: a FunctionType
 
-        def counted(*args: object, **kwargs: object) -> object:
-            if not is_compiling():
-                tick()
-            return impl(*args, **kwargs)
+    def counted(*args: object, **kwargs: object) -> object:
+        if not is_compiling():
+            tick()
+        return impl(*args, **kwargs)
 
-        wrapper = counted  # type: ignore[assignment]  # a def: a FunctionType
-    functools.update_wrapper(wrapper, impl, updated=())
-    # Not the impl: the installed object's __wrapped__ is the upstream original (``core.apply``),
-    # which impls written for FlagScale call; pointing it at the impl would make them recurse.
-    del wrapper.__wrapped__  # type: ignore[attr-defined]  # set by update_wrapper just above
-    try:
-        wrapper.__signature__ = inspect.signature(impl)  # type: ignore[attr-defined]
-    except (TypeError, ValueError):
-        pass
-    stands_for(wrapper, impl)  # the impl gets the marks it would get installed itself
-    return wrapper
+    return counted  # type: ignore[return-value]  # a def: a FunctionType
 
 
 def enable() -> None:
     """Count calls through every function patch the engine installs; report at exit."""
-    RUNTIME.engine.call_counter = make_counter
+    RUNTIME.engine.add_wrap(make_counter)
     counts = _counts()
     if not counts.atexit_registered:
         counts.atexit_registered = True

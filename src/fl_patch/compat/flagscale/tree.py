@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fl_patch.core.errors import ProblemSink
     from fl_patch.core.registry import Registry
-    from fl_patch.engine.observer import Engine
+    from fl_patch.engine.engine import Engine
 
 __all__ = [
     "DECORATORS",

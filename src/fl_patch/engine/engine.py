@@ -1,27 +1,21 @@
 """The engine: as each watched module finishes loading, the targets it owns are put in place.
 
-It is the import hook's ``ImportObserver``. The targets themselves (``core.target``) choose
-an impl and install it; the engine decides *when*, and does what concerns several
-targets or modules at once:
+It is the import hook's ``ImportObserver`` (``hooks``): the hook calls ``watches`` (from
+``find_spec``: a few set lookups, nothing else) and ``before_exec``/``after_exec`` around each
+watched module body (from the loader, where the interpreter holds only that module's lock). The
+engine decides *when*; its parts, each an object it holds, do the rest:
 
-- after a module body ran, the targets that module owns are applied, then the names
-  that modules loaded *during* that body bound to the originals are swept (``core.bindings``);
-- every module it observes (all of ``megatron``, and the packages on each target's path)
-  that imports a patched name later is recorded, so ``uninstall()`` restores exactly the
-  names fl_patch knows about and nothing else;
-- a target that cannot be applied yet (its impl module is still loading, or torch itself
-  is, so no vendor can be chosen) is retried once that module has loaded;
-- *catching up*: a module that finished loading without passing through the hook
-  (another import hook handled it, ``sys.meta_path`` was reset, or its targets were
-  registered while it was importing) is patched at the next chance, with a warning
-  when the hook was bypassed;
-- a strict error that the program caught and ran past is raised again at the next
-  watched import.
+- ``applier`` (``engine.applier``): one target in one module — choose, import, decide, put, record;
+- ``batches`` (``engine.batches``): the targets of a module together, the alias sweep after them,
+  and targets that must wait for a module still loading;
+- ``catch_up`` (``engine.catch_up``): modules that loaded past the hook, registrations made while
+  installed, what was imported before installation;
+- ``ledger`` (``engine.ledger``): which watched bodies are running, which module object was handled.
 
-Locking: ``lock`` guards the engine's tables and the moment a patch is set. It is
-never held while importing anything (an impl, a registry): a thread holding it while
-importing could wait for a module lock that another thread holds while it, in its
-own import hook, waits for ``lock``.
+Locking: ``lock`` guards the engine's tables and the moment a patch is set. It is never held
+while importing anything (an impl, a registry): a thread holding it while importing could wait
+for a module lock that another thread holds while it, in its own import hook, waits for ``lock``.
+Nothing here runs inside ``find_spec``, where the interpreter's global import lock is held.
 """
 
 from __future__ import annotations
@@ -31,22 +25,23 @@ import importlib
 import sys
 import threading
 import types
-import weakref
 from collections.abc import Callable, Collection
 from importlib.machinery import ModuleSpec
 
 from fl_patch.config.settings import Settings
 from fl_patch.core.bindings import NameBindings
 from fl_patch.core.errors import FlPatchError, ProblemSink, is_stop_request
+from fl_patch.core.import_state import plugin_window
+from fl_patch.core.patch import Wrap
 from fl_patch.core.records import PatchRecord, Status
-from fl_patch.core.registration import Registration
 from fl_patch.core.registry import Registry
 from fl_patch.core.resolve import describe, owned_path, resolve_in, unwrap
 from fl_patch.core.target import Target
 from fl_patch.core.vendors import VendorChoice
+from fl_patch.engine.applier import Applier
+from fl_patch.engine.batches import Batches
 from fl_patch.engine.catch_up import CatchUp
-from fl_patch.engine.pending import PendingWork
-from fl_patch.engine.retries import Retries
+from fl_patch.engine.ledger import ModuleLedger
 
 __all__ = ["Engine"]
 
@@ -55,10 +50,8 @@ __all__ = ["Engine"]
 OBSERVED_ROOTS = frozenset({"megatron"})
 
 
-class Engine(CatchUp, Retries, PendingWork):
-    """The import observer. Its parts: catching up (``catch_up``), applying and retrying
-    (``retries``), pending work (``pending``); this class holds the state, configuration,
-    the hook's callbacks and the queries and undo (its lifecycle)."""
+class Engine:
+    """The import observer, composed of its parts (see the module doc)."""
 
     def __init__(self, registry: Registry, problems: ProblemSink) -> None:
         self.registry = registry
@@ -66,23 +59,21 @@ class Engine(CatchUp, Retries, PendingWork):
         self.settings = Settings()
         self.installed = False
         self.lock = threading.RLock()
-        self.call_counter: Callable[[str, object], object] | None = None
         self.vendor_choice = VendorChoice(problems)
+        self.bindings = NameBindings()
+        self.ledger = ModuleLedger(self.lock)
+        self.applier = Applier(
+            registry, self.vendor_choice, problems, self.lock, lambda: self.settings.disabled_targets
+        )
+        self.batches = Batches(self.applier, self.bindings, self.lock)
+        self.catch_up = CatchUp(
+            registry, self.batches, self.ledger, self.bindings, problems, self.lock, lambda: self.installed
+        )
         self._served: dict[str, str] = {}  # module name -> fl_patch module served when none is installed
         self._on_load: dict[str, Callable[[types.ModuleType], None]] = {}  # module name -> run after its body
         self._trigger_roots: frozenset[str] = frozenset()  # FL_PATCH_TRIGGERS: their load runs the deferred sources
         self._deferred: Callable[[], None] | None = None
-        self._executing: set[str] = set()  # watched module bodies running right now
-        self._processed: dict[str, weakref.ref[types.ModuleType]] = {}  # name -> the module object handled
-        # Targets that could not be applied yet, each with the module whose import must finish first.
-        self._pending: list[tuple[Target, types.ModuleType, str, tuple[str, ...], str]] = []
-        self._waiting_on: set[str] = set()  # modules importing past the hook: catch up once they have loaded
-        self._catch_up_due = False
-        self._quiet: set[str] = set()  # targets registered while their module was importing
-        self._following: set[str] = set()  # modules importing past the hook, applied as their body ends
-        self._catching_up = threading.local()
-        self.bindings = NameBindings()
-        registry.add_listener(self._on_registered)
+        registry.add_listener(self.catch_up.on_registered)
 
     # ------------------------------------------------------------------ configuration
     def configure(self, settings: Settings) -> None:
@@ -100,6 +91,15 @@ class Engine(CatchUp, Retries, PendingWork):
         """Call ``callback(module)`` right after the body of the module ``name`` ran, before its importer gets it."""
         self._on_load[name] = callback
 
+    def add_wrap(self, wrap: Wrap) -> None:
+        """Wrap every function/method replacement from now on (report mode's counter, compare mode)."""
+        if wrap not in self.applier.wraps:
+            self.applier.wraps.append(wrap)
+
+    def remove_wrap(self, wrap: Wrap) -> None:
+        if wrap in self.applier.wraps:
+            self.applier.wraps.remove(wrap)
+
     def vendors(self, among: Collection[str] | None = None) -> tuple[str, ...]:
         """The vendor priority list (``VendorChoice``; ``among``: a target's vendors, see there);
         ``PlatformNotReady`` while torch imports."""
@@ -107,6 +107,9 @@ class Engine(CatchUp, Retries, PendingWork):
 
     def platform_detected(self) -> bool:
         return self.vendor_choice.detected
+
+    def disabled(self, target: Target) -> bool:
+        return self.applier.disabled(target)
 
     def check_preferred_vendors(self, already_said: Collection[str] = ()) -> None:
         known = self.registry.vendors()
@@ -117,39 +120,21 @@ class Engine(CatchUp, Retries, PendingWork):
                     f"(registered vendors: {', '.join(sorted(known)) or 'none'}); it is ignored"
                 )
 
-    # ------------------------------------------------------------------ PatchContext (for targets)
-    def disabled(self, target: Target) -> bool:
-        disabled = self.settings.disabled_targets
-        return target.name in disabled or target.method_key in disabled
+    # ------------------------------------------------------------------ deferred sources
+    def defer(self, load_sources: Callable[[], None]) -> None:
+        """Run ``load_sources`` when the first megatron module (or trigger package) starts loading."""
+        self._deferred = load_sources
 
-    def problem(self, message: str, where: tuple[str, int] | None) -> None:
-        self.problems.problem(message, where=where)
-
-    def impl_cycle(self, target: Target, registration: Registration) -> str | None:
-        """``a.f -> b.g -> a.f`` when impls name registered targets in a circle, else None."""
-        chain = [target.name]
-        impl = registration.impl
-        while isinstance(impl, str):
-            path = impl.replace(":", ".")
-            if path in chain:
-                loop = chain[chain.index(path) :]
-                start = loop.index(min(loop))  # the same text from whichever member it is found
-                loop = loop[start:] + loop[:start]
-                return " -> ".join([*loop, loop[0]])
-            following = self.registry.get(path)
-            if following is None:
-                return None
-            chain.append(path)
-            candidates = following.select(self.vendors(following.vendors()), self.disabled(following)).candidates
-            if not candidates:
-                return None
-            impl = candidates[0].impl
-        return None
+    def run_deferred(self) -> None:
+        with self.lock:
+            deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            with plugin_window():  # registry sources are plugin code run inside an import too
+                deferred()
 
     # ------------------------------------------------------------------ ImportObserver
     def watches(self, fullname: str) -> bool:
-        if self._catch_up_due or ((self._waiting_on or self._pending) and self._waited_for_loaded()):
-            self.catch_up()
+        # Called from find_spec, under the interpreter's global import lock: lookups only.
         root = fullname.partition(".")[0]
         return (
             root in OBSERVED_ROOTS
@@ -166,20 +151,27 @@ class Engine(CatchUp, Retries, PendingWork):
         target = self.registry.get(fullname)
         if target is None or not self.installed:
             return None
-        return functools.partial(target.provide_module, self, has_upstream=real_spec is not None)
+        origin = real_spec.origin if real_spec is not None else None
+        return functools.partial(
+            self.applier.provide_module, target, upstream_origin=origin, has_upstream=real_spec is not None
+        )
+
+    def meta_path_changed(self) -> None:
+        """The hook found itself moved or removed: modules may have loaded past it."""
+        self.catch_up.due = True
 
     def before_exec(self, module: types.ModuleType) -> None:
         swallowed = self.problems.swallowed() if self.problems.strict else None
         if swallowed is not None:
             raise FlPatchError(f"{swallowed} (FL_PATCH_STRICT=1: this error was caught by the program, which went on)")
-        with self.lock:
-            self._executing.add(module.__name__)
+        self.ledger.started(module.__name__)
         if self._deferred is not None and module.__name__.startswith("megatron."):
             self.run_deferred()
+        if self.installed and self.catch_up.wanted():
+            self.catch_up.catch_up()
 
     def exec_failed(self, module: types.ModuleType) -> None:
-        with self.lock:
-            self._executing.discard(module.__name__)
+        self.ledger.ended(module.__name__)
 
     def after_exec(self, module: types.ModuleType) -> None:
         name = module.__name__
@@ -188,9 +180,8 @@ class Engine(CatchUp, Retries, PendingWork):
         current = sys.modules.get(name, module)
         if self._deferred is not None and name in self._trigger_roots:
             self.run_deferred()  # activated by a package of FL_PATCH_TRIGGERS, which has now loaded
-        with self.lock:
-            self._executing.discard(name)
-            self._mark_processed(name, current)
+        self.ledger.ended(name)
+        self.ledger.mark_processed(name, current)
         if not self.installed:
             return
         callback = self._on_load.get(name)
@@ -203,12 +194,12 @@ class Engine(CatchUp, Retries, PendingWork):
             linked = _link_to_parent(name, current)
             targets = self.registry.targets_under(name)
             if targets:
-                self._apply([(current, name, targets)], window=name, late=False)
+                self.batches.apply([(current, name, targets)], window=name, late=False)  # type: ignore[list-item]
             self.bindings.record_later(current)
             if self.registry.watches(name):  # only a module that may own targets stores others (see below)
-                self._note_unobserved(name)
-            if self._catch_up_due or ((self._waiting_on or self._pending) and self._waited_for_loaded()):
-                self.catch_up()
+                self.catch_up.note_unobserved(name)
+            if self.catch_up.wanted():
+                self.catch_up.catch_up()
         except BaseException as exc:  # noqa: BLE001  (a bug of ours is reported; anything else is re-raised below)
             try:
                 if isinstance(exc, Exception) and not isinstance(exc, FlPatchError) and not is_stop_request(exc):
@@ -226,13 +217,23 @@ class Engine(CatchUp, Retries, PendingWork):
                     _unlink_from_parent(name, current)
                 raise
 
-    # ------------------------------------------------------------------ applying
+    # ------------------------------------------------------------------ after install
+    def apply_loaded_modules(self) -> None:
+        """Patch what was imported before installation (the report says so: ``late``)."""
+        self.catch_up.apply_loaded_modules()
 
     # ------------------------------------------------------------------ queries and undo
     def original(self, target: str) -> object:
         found = self.registry.get(target)
         if found is not None and found.patches:
             return found.original()
+        owner_name, _, member = target.rpartition(".")
+        owner = self.registry.get(owner_name)
+        if owner is not None and owner.patches:
+            try:
+                return owner.original_member(member)  # a static/class method a redirected class took from its impl
+            except LookupError:
+                pass
         parts = tuple(target.split("."))
         for end in range(len(parts) - 1, 0, -1):
             name = ".".join(parts[:end])
@@ -254,13 +255,10 @@ class Engine(CatchUp, Retries, PendingWork):
 
     def revert_all(self) -> None:
         targets = self.registry.targets()
-        with self.lock:
-            self._processed.clear()
-            self.bindings.clear()
-            self._pending.clear()
-            self._waiting_on.clear()
-            self._quiet.clear()
-            self._catch_up_due = False
+        self.ledger.clear()
+        self.bindings.clear()
+        self.batches.clear()
+        self.catch_up.clear()
         for target in reversed(targets):
             target.revert()
         self.problems.reset()
@@ -268,8 +266,8 @@ class Engine(CatchUp, Retries, PendingWork):
     def records(self, *, detect: bool = True) -> list[PatchRecord]:
         """One record per registration. ``detect=False``: never import torch to find the
         platform (at interpreter exit, say); targets are then reported as waiting."""
-        if self._catch_up_due or self._waiting_on or self._pending:
-            self.catch_up()
+        if self.catch_up.due or self.catch_up.waiting_on or self.batches.pending:
+            self.catch_up.catch_up()
         undetected = not detect and not self.vendor_choice.detected and "torch" not in sys.modules
         records: list[PatchRecord] = []
         for target in self.registry.targets():
@@ -284,13 +282,15 @@ class Engine(CatchUp, Retries, PendingWork):
         names = []
         for name in self.registry.owner_names():
             module = sys.modules.get(name)
-            if module is not None and self._processed_module(name) is not module:
+            if module is not None and self.ledger.processed_module(name) is not module:
                 if any(owned_path(module, t.parts, name) for t in self.registry.targets_under(name)):
                     names.append(name)
         return sorted(names)
 
     def after_fork_in_child(self) -> None:
+        # (a lock another thread held at fork time would stay held forever in the child)
         self.lock = threading.RLock()
+        self.ledger.lock = self.applier.lock = self.batches.lock = self.catch_up.lock = self.lock
 
     def reset(self) -> None:
         """Forget every registration and state (tests; never while installed)."""
@@ -299,7 +299,6 @@ class Engine(CatchUp, Retries, PendingWork):
             self.registry.clear()
             self.vendor_choice.reset()
             self._deferred = None
-            self._executing.clear()
 
 
 def _link_to_parent(name: str, module: object) -> bool:

@@ -1,0 +1,314 @@
+"""Class targets: what a registered class does to the class it replaces.
+
+Two cases, told apart by where the name stands (``strategy``):
+
+**The class's own definition** (``megatron.core.tensor_parallel.layers.ColumnParallelLinear``:
+the class object's ``__module__`` and ``__qualname__`` are that very place, and it is an ordinary
+Python class). The name stays bound to the upstream class, as FlagScale's ``@overridable`` leaves it
+("all places that instantiate the original class receive the replacement"):
+
+- **instantiation** is redirected: fl_patch sets ``Name.__new__`` to a function that, when the
+  class being built *is* ``Name``, builds the impl instead (the impl subclasses ``Name``, so
+  Python then runs the impl's ``__init__``). Subclasses of ``Name`` build themselves as before;
+- **class-level calls** reach the impl: the static and class methods the impl defines over
+  upstream's are set on ``Name`` too, so ``Name.apply`` of an autograd Function bound at
+  import (``bias_gelu_impl = GeLUFunction.apply``) runs the impl's ``forward``/``backward``.
+
+Why not put the impl (or a class standing in for it) at the name: ``super(Name, self)`` in
+upstream's own methods reads the module global ``Name`` when it runs. Rebound, it means the impl:
+upstream's ``__init__`` called from the impl's then lands in upstream's ``__init__`` again
+(RecursionError), and a subclass defined before the patch (every ``MoELayer`` of
+``BaseMoELayer``) fails with ``super(type, obj)``. A new class object at the name also needs a
+metaclass that keeps ``isinstance`` for upstream's instances, and that metaclass conflicts with
+any other metaclass in a later class statement (``class TransformerLayer(GraphableMegatronModule,
+BaseTransformerLayer)`` with ``ABCMeta``). With the name untouched, none of this can happen:
+``isinstance``, ``issubclass``, pickling (instances pickle as the impl's class, by the impl's own
+name), ``super`` in both classes and every reference taken at import stay what Python makes them.
+
+**Anywhere else**: a re-export (``megatron.core.optimizer.SGD`` is ``torch.optim.SGD``) or a class
+whose ``__new__`` cannot be set (a C type such as ``torch.Generator``). The target is then that
+*name*: it is rebound to a stand-in, a subclass of the impl named like the target whose metaclass
+also accepts the original's instances and subclasses (``isinstance(g, torch.Generator)`` holds for a
+generator torch built itself). The class itself is never changed (it is torch's, not the target's).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import types
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ABSENT",
+    "ORIGINAL_ATTR",
+    "ClassChange",
+    "is_stand_in",
+    "redirect",
+    "redirect_in_place",
+    "stand_in_class",
+    "strategy",
+    "undo",
+]
+
+ABSENT = object()  # vars(cls) had no such name
+ORIGINAL_ATTR = "__fl_patch_original__"  # on a stand-in: the upstream class it stands in for
+_IMPL_ATTR = "__fl_patch_impl__"  # on a stand-in: the registered impl class
+_REDIRECT_ATTR = "__fl_patch_redirects_to__"  # on fl_patch's __new__: the impl it builds
+
+
+class ClassImplError(Exception):
+    """The impl class cannot stand in for the target class (said with the cause)."""
+
+
+@dataclass
+class ClassChange:
+    """One attribute fl_patch set on an upstream class: enough to put it back exactly."""
+
+    name: str
+    previous: object  # vars(cls)[name] before, or ABSENT
+    installed: object
+
+
+def strategy(holder: object, name: str, cls: type) -> str:
+    """``"redirect"`` where ``holder.name`` is ``cls``'s own definition and its ``__new__`` can be set, else ``"rebind"``."""
+    home = getattr(holder, "__name__", None) if isinstance(holder, types.ModuleType) else None
+    if isinstance(holder, type):
+        home, qualname = holder.__module__, f"{holder.__qualname__}.{name}"
+    else:
+        qualname = name
+    if cls.__module__ != home or cls.__qualname__ != qualname:
+        return "rebind"
+    if not cls.__flags__ & _HEAPTYPE or cls.__flags__ & _IMMUTABLETYPE:
+        return "rebind"
+    return "redirect"
+
+
+_HEAPTYPE = 1 << 9
+_IMMUTABLETYPE = 1 << 8
+
+
+# ---------------------------------------------------------------------------------- redirect
+def redirect(original: type, impl: type) -> tuple[list[ClassChange], list[str]]:
+    """Make ``original(...)`` build ``impl`` and its class-level members the impl's; returns (changes, notes).
+
+    ``impl`` subclasses ``original`` (checked by the caller). Nothing is changed when this raises.
+    """
+    members, notes = _class_level_members(original, impl)
+    signature = _signature_of(impl)
+    new = _redirecting_new(original, impl, vars(original).get("__new__", ABSENT), signature)
+    changes: list[ClassChange] = []
+    try:
+        for name, value in [("__new__", new), *members]:
+            changes.append(ClassChange(name, vars(original).get(name, ABSENT), value))
+            setattr(original, name, value)
+    except (AttributeError, TypeError) as exc:
+        undo(original, changes)
+        raise ClassImplError(f"cannot set {exc}") from None
+    return changes, notes
+
+
+def redirect_in_place(original: type, changes: list[ClassChange]) -> bool:
+    """Whether fl_patch's redirect of this patch is still what ``original.__new__`` is."""
+    return any(c.name == "__new__" and vars(original).get("__new__") is c.installed for c in changes)
+
+
+def redirects_to(original: type) -> type | None:
+    """The impl ``original(...)`` builds now, if fl_patch redirects it."""
+    new = vars(original).get("__new__")
+    function = new.__func__ if isinstance(new, staticmethod) else new
+    impl = getattr(function, _REDIRECT_ATTR, None)
+    return impl if isinstance(impl, type) else None
+
+
+def undo(original: type, changes: list[ClassChange]) -> None:
+    """Put back what ``changes`` replaced, where fl_patch's value is still there (newest first)."""
+    for change in reversed(changes):
+        current = vars(original).get(change.name, ABSENT)
+        if current is not change.installed:
+            continue  # someone else's value over ours: not ours to undo
+        if change.previous is ABSENT:
+            delattr(original, change.name)
+        else:
+            setattr(original, change.name, change.previous)
+
+
+def _redirecting_new(original: type, impl: type, previous: object, signature: inspect.Signature | None) -> staticmethod:
+    own = previous.__func__ if isinstance(previous, staticmethod) else previous
+    own_new: Callable[..., Any] | None = own if callable(own) else None
+    object_new = object.__new__
+
+    def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
+        if cls is original:
+            cls = impl
+        if own_new is not None:
+            return own_new(cls, *args, **kwargs)
+        following = super(original, cls).__new__
+        if following is object_new:
+            # object.__new__ refuses extra arguments once a class defines __new__ (this one does)
+            return following(cls)
+        return following(cls, *args, **kwargs)
+
+    __new__.__qualname__ = f"{original.__qualname__}.__new__"
+    __new__.__module__ = original.__module__
+    setattr(__new__, _REDIRECT_ATTR, impl)
+    if signature is not None:
+        # inspect.signature(Name) reads a class's own __new__ first: it should show what Name(...) takes.
+        receiver = inspect.Parameter("cls", inspect.Parameter.POSITIONAL_ONLY)
+        __new__.__signature__ = signature.replace(parameters=[receiver, *signature.parameters.values()])  # type: ignore[attr-defined]
+    return staticmethod(__new__)
+
+
+def _signature_of(impl: type) -> inspect.Signature | None:
+    try:
+        return inspect.signature(impl)
+    except (TypeError, ValueError):
+        return None
+
+
+def _class_level_members(original: type, impl: type) -> tuple[list[tuple[str, object]], list[str]]:
+    """The static and class methods the impl defines over upstream's, to set on ``original``.
+
+    Read along the impl's MRO down to ``original`` (an intermediate class of the impl counts as
+    the impl's). Dunders are left alone (``__init_subclass__``, ``__class_getitem__``: how Python
+    builds classes, not what callers call). A classmethod whose body uses ``super()`` or
+    ``__class__`` is left on the impl (said in the notes): set on ``original``, its
+    ``super(Impl, cls)`` would be given ``original`` and fail.
+    """
+    members: list[tuple[str, object]] = []
+    notes: list[str] = []
+    seen: set[str] = set()
+    for klass in impl.__mro__:
+        if klass is original or not issubclass(klass, original):
+            break
+        for name, value in list(vars(klass).items()):
+            if name in seen:
+                continue
+            seen.add(name)
+            if name.startswith("__") and name.endswith("__"):
+                continue
+            if not isinstance(value, (staticmethod, classmethod)):
+                continue
+            if _upstream_raw(original, name) is value:
+                continue
+            if isinstance(value, classmethod) and _uses_class_cell(value.__func__):
+                notes.append(
+                    f"classmethod {name} uses super(): it runs for the impl's instances and {impl.__qualname__}.{name}, "
+                    f"not through {original.__qualname__}.{name}"
+                )
+                continue
+            members.append((name, value))
+    return members, notes
+
+
+def _upstream_raw(cls: type, name: str) -> object:
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return vars(klass)[name]
+    return ABSENT
+
+
+def _uses_class_cell(function: object) -> bool:
+    code = getattr(function, "__code__", None)
+    return code is not None and "__class__" in code.co_freevars
+
+
+# ---------------------------------------------------------------------------------- stand-ins (rebind)
+# One stand-in metaclass per metaclass of an impl (type, ABCMeta, a library's own).
+_METAS: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+_CHECKING = threading.local()
+
+
+def _own(cls: type, name: str) -> object:
+    # Only the stand-in's own entry: a class that subclasses the stand-in later is an
+    # ordinary class (its checks are the usual ones).
+    return type.__dict__["__dict__"].__get__(cls).get(name)
+
+
+def _guarded(cls: type, sub: object, check: Callable[[Any, Any], bool], obj: object, original: object) -> bool:
+    """``check(obj, original)``, unless this very question is already being asked on this thread.
+
+    An ABC's check walks the original's subclasses, which include the impl and so the
+    stand-in, which asks the original again: the inner question answers by the stand-in's
+    own class machinery alone.
+    """
+    active: set[tuple[int, int]] = _CHECKING.__dict__.setdefault("active", set())
+    key = (id(cls), id(sub))
+    if key in active:
+        return False
+    active.add(key)
+    try:
+        return check(obj, original)
+    finally:
+        active.discard(key)
+
+
+def _stand_in_meta(meta: type) -> type:
+    cached = _METAS.get(meta)
+    if cached is not None:
+        return cached
+
+    def __instancecheck__(cls: type, obj: object) -> bool:
+        original = _own(cls, ORIGINAL_ATTR)
+        if original is not None and _guarded(cls, type(obj), isinstance, obj, original):
+            return True
+        return meta.__instancecheck__(cls, obj)  # type: ignore[call-arg]  # the metaclass's own, given cls
+
+    def __subclasscheck__(cls: type, sub: type) -> bool:
+        original = _own(cls, ORIGINAL_ATTR)
+        if original is not None and _guarded(cls, sub, issubclass, sub, original):
+            return True
+        return meta.__subclasscheck__(cls, sub)  # type: ignore[call-arg]  # the metaclass's own, given cls
+
+    def __repr__(cls: type) -> str:
+        impl = _own(cls, _IMPL_ATTR)
+        if impl is None:
+            return meta.__repr__(cls)  # type: ignore[call-arg]  # the metaclass's own, given cls
+        return f"<class '{cls.__module__}.{cls.__qualname__}' (fl_patch: {impl.__module__}.{impl.__qualname__})>"  # type: ignore[attr-defined]
+
+    namespace = {
+        "__instancecheck__": __instancecheck__,
+        "__subclasscheck__": __subclasscheck__,
+        "__repr__": __repr__,
+        "__module__": __name__,
+        "__qualname__": f"StandIn[{meta.__qualname__}]",
+    }
+    derived = type(meta)(f"StandIn[{meta.__name__}]", (meta,), namespace)
+    _METAS[meta] = derived
+    return derived
+
+
+def is_stand_in(obj: object) -> bool:
+    return isinstance(obj, type) and _own(obj, ORIGINAL_ATTR) is not None
+
+
+def stand_in_class(original: type, impl: type, holder: object, name: str) -> type:
+    """fl_patch's class to put at ``holder.name`` for ``impl`` (a subclass of ``original``), for the rebind case.
+
+    Named and placed like the target (``__module__``/``__qualname__`` of where it is
+    installed), so pickle finds it by that name; ``__slots__ = ()`` so its instances are laid
+    out exactly as the impl's. Raises ``ClassImplError`` when the impl's class machinery refuses
+    a subclass (``__init_subclass__`` that needs arguments, ...).
+    """
+    if isinstance(holder, type):
+        module, qualname = holder.__module__, f"{holder.__qualname__}.{name}"
+    else:
+        module, qualname = getattr(holder, "__name__", original.__module__), name
+    namespace = {
+        "__module__": module,
+        "__qualname__": qualname,
+        "__doc__": impl.__doc__,
+        "__slots__": (),
+        ORIGINAL_ATTR: original,
+        _IMPL_ATTR: impl,
+    }
+    try:
+        return _stand_in_meta(type(impl))(name, (impl,), namespace)
+    except Exception as exc:  # noqa: BLE001  (the impl's own class machinery: reported, not raised)
+        raise ClassImplError(
+            f"cannot build the class that keeps isinstance/issubclass of the original "
+            f"(a subclass of {impl.__module__}.{impl.__qualname__}): {type(exc).__name__}: {exc}"
+        ) from None
