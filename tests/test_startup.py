@@ -29,7 +29,7 @@ def test_a_process_that_never_imports_megatron_loads_no_engine(run_python) -> No
     active, loaded = _last_json(run_python("-c", code, env=_env()).stdout)
     assert active  # armed
     assert not any(name.split(".")[0] in ("wrapt", "torch", "megatron") for name in loaded), loaded
-    assert "fl_patch.engine.observer" not in loaded and "fl_patch.activation.install" not in loaded
+    assert "fl_patch.engine.engine" not in loaded and "fl_patch.activation.install" not in loaded
 
 
 def test_the_first_megatron_import_installs_and_is_itself_patched(run_python) -> None:

@@ -30,11 +30,18 @@ Targets outside megatron whose modules were imported before activation
 
 from __future__ import annotations
 
+import builtins
 import os
 import sys
 from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
+
+try:
+    from importlib.machinery import NamespaceLoader as _NamespaceLoader  # Python 3.11+
+except ImportError:  # Python 3.10
+    from importlib._bootstrap_external import _NamespaceLoader  # type: ignore[attr-defined,no-redef]
 from types import ModuleType
+from typing import Any
 
 from fl_patch.config.settings import ENV, strict_requested
 from fl_patch.core.errors import FlPatchError, is_stop_request, warn
@@ -64,15 +71,17 @@ class _ActivationTrigger:
         """Disarmed, it takes no import: the patching finder may stay behind it."""
         return not self.armed
 
+    def wants(self, fullname: str) -> bool:
+        """Whether importing ``fullname`` now installs fl_patch."""
+        return self.due or fullname.partition(".")[0] in self.roots or (self.after_site and not _site_running())
+
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if not self.armed:
-            return None
-        if not (self.due or fullname.partition(".")[0] in self.roots or (self.after_site and not _site_running())):
+        if not self.armed or not self.wants(fullname):
             return None
         spec = _real_spec(self, fullname, path, target)
-        if spec is None or spec.loader is None:
+        if spec is None or (spec.loader is None and spec.submodule_search_locations is None):
             return None  # not found here (its ImportError is the program's): wait for the next import
         # Disarm, but stay in sys.meta_path: removing an entry while the import system
         # iterates over the list would make this very import skip the entry after it.
@@ -82,6 +91,45 @@ class _ActivationTrigger:
 
     def invalidate_caches(self) -> None:
         pass
+
+
+class _ImportStatementHook:
+    """``builtins.__import__`` while armed: installs at an ``import`` statement, before any import lock.
+
+    Every import holds the module lock of the name it imports while it imports the parents
+    (``import megatron.core.utils`` holds ``megatron.core.utils``'s lock while ``megatron`` loads).
+    Installing anywhere inside the import machinery would therefore hang a registry that waits on a
+    worker thread importing that very name. CPython calls ``builtins.__import__`` for an ``import``
+    statement before it takes any lock, so that is where the trigger installs; it puts the previous
+    ``__import__`` back at once. (Imports through ``importlib.import_module`` do not pass here: the
+    meta-path trigger takes those, in the loader.)
+
+    Its cost while armed: one Python call per ``import`` statement (a dict lookup and a return for
+    a module already loaded). ``bench/startup.py`` measures it.
+    """
+
+    def __init__(self, trigger: _ActivationTrigger, previous: Any) -> None:
+        self.trigger = trigger
+        self.previous = previous
+
+    def __call__(
+        self, name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
+    ) -> ModuleType:
+        trigger = self.trigger
+        if level == 0 and trigger.armed and name not in sys.modules and trigger.wants(name):
+            self.withdraw()
+            trigger.armed = False
+            try:
+                _install(name)
+            except BaseException as exc:
+                if is_stop_request(exc):
+                    trigger.armed = True
+                raise
+        return self.previous(name, globals, locals, fromlist, level)  # type: ignore[no-any-return]
+
+    def withdraw(self) -> None:
+        if builtins.__import__ is self:
+            builtins.__import__ = self.previous
 
 
 def _real_spec(
@@ -103,45 +151,58 @@ def _real_spec(
 class _InstallingLoader:
     """Installs fl_patch, then loads its module through the patching finder's loader.
 
-    ``create_module`` runs before the module is in ``sys.modules`` (holding only its module
-    lock): if installing imports this very module (a registry that imports megatron), that
-    import loads it fully and ``create_module`` hands the import system that module, which is
-    then not run a second time.
+    Where in the import: the earliest point at which CPython holds only this module's lock.
+
+    - A module with a body: in ``create_module``, before the module exists in ``sys.modules``.
+      If installing imports this very module (a registry that imports what the program imports
+      first), that import loads it fully, and ``create_module`` hands the import system that
+      module, which is then not run a second time.
+    - A namespace package (``megatron`` itself: it has no ``__init__.py``): in ``exec_module``,
+      once the (empty, complete) package is in ``sys.modules`` with its ``__path__``. Threads the
+      install starts (a registry probing the machine in a worker it joins) can then import below
+      it; the plugin window (core.import_state) lets them past its import lock.
     """
 
     def __init__(self, fullname: str, spec: ModuleSpec, trigger: _ActivationTrigger) -> None:
         self.fullname = fullname
         self.real_loader = spec.loader
-        self.real_spec = spec
         self.trigger = trigger
+        # (a namespace package's spec has no loader: CPython makes one for it when it loads)
+        self.namespace = spec.loader is None and spec.submodule_search_locations is not None
+        self._finder: object | None = None
         self._delegate: object = spec.loader
         self._loaded: ModuleType | None = None
+        self._loaded_spec: object = None
+        self._loaded_loader: object = None
 
-    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+    def _install(self) -> None:
         try:
-            finder = _install(self.fullname)
+            self._finder = _install(self.fullname)
         except BaseException as exc:
             if is_stop_request(exc):
                 self.trigger.armed = True  # interrupted: the next such import tries again
             raise
-        loaded = sys.modules.get(self.fullname)
-        if loaded is not None:  # installing imported it (a registry did): do not load it again
-            self._loaded = loaded
-            self._loaded_spec = getattr(loaded, "__spec__", None)
-            self._loaded_loader = getattr(loaded, "__loader__", None)
-            return loaded
-        if finder is not None:
-            # The patching finder is in place now: its loader runs the body and patches it.
-            plain = ModuleSpec(
-                self.fullname,
-                self.real_loader,
-                origin=spec.origin,
-                is_package=spec.submodule_search_locations is not None,
-            )
-            plain.submodule_search_locations = spec.submodule_search_locations
-            hooked = finder.hooked(self.fullname, plain)  # type: ignore[attr-defined]
-            if hooked is not None and hooked.loader is not None:
-                self._delegate = hooked.loader
+
+    def _take_over(self, spec: ModuleSpec) -> None:
+        """The patching finder is in place now: its loader runs the body and patches it."""
+        if self._finder is None:
+            return
+        plain = ModuleSpec(self.fullname, self.real_loader, origin=spec.origin)  # type: ignore[arg-type]
+        plain.submodule_search_locations = spec.submodule_search_locations
+        hooked = self._finder.hooked(self.fullname, plain)  # type: ignore[attr-defined]
+        if hooked is not None and hooked.loader is not None:
+            self._delegate = hooked.loader
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        if not self.namespace:
+            self._install()
+            loaded = sys.modules.get(self.fullname)
+            if loaded is not None:  # installing imported it (a registry did): do not load it again
+                self._loaded = loaded
+                self._loaded_spec = getattr(loaded, "__spec__", None)
+                self._loaded_loader = getattr(loaded, "__loader__", None)
+                return loaded
+            self._take_over(spec)
         create = getattr(self._delegate, "create_module", None)
         return create(spec) if create is not None else None
 
@@ -149,15 +210,22 @@ class _InstallingLoader:
         if self._loaded is not None and module is self._loaded:
             # The module as it was loaded, for everyone after (the import system stamped our spec on it).
             if self._loaded_spec is not None:
-                module.__spec__ = self._loaded_spec
+                module.__spec__ = self._loaded_spec  # type: ignore[assignment]
             if self._loaded_loader is not None:
-                module.__loader__ = self._loaded_loader
+                module.__loader__ = self._loaded_loader  # type: ignore[assignment]
             return
         # Everyone after sees the real loader (inspect.getsource, resources), as without fl_patch.
-        if getattr(module, "__loader__", None) is self:
-            module.__loader__ = self.real_loader
-        if getattr(module.__spec__, "loader", None) is self:
+        if getattr(module, "__loader__", None) is self and not self.namespace:
+            module.__loader__ = self.real_loader  # type: ignore[assignment]
+        if getattr(module.__spec__, "loader", None) is self and not self.namespace:
             module.__spec__.loader = self.real_loader  # type: ignore[union-attr]
+        if self.namespace:
+            # The loader CPython gives a namespace package when its spec has none (as _bootstrap does).
+            loader = _NamespaceLoader.__new__(_NamespaceLoader)
+            loader._path = module.__spec__.submodule_search_locations  # type: ignore[union-attr]
+            module.__loader__ = module.__spec__.loader = loader  # type: ignore[union-attr]
+            self._install()
+            return
         self._delegate.exec_module(module)  # type: ignore[attr-defined]
 
 
@@ -296,6 +364,8 @@ def activate(bootstrap_dir: str) -> None:
             _install()  # a trigger package is loaded already (by another sitecustomize, say)
             return
         RUNTIME.trigger = _ActivationTrigger(roots, after_site=bool(settings.registry_modules))
+        RUNTIME.import_hook = _ImportStatementHook(RUNTIME.trigger, builtins.__import__)
+        builtins.__import__ = RUNTIME.import_hook
         sys.meta_path.insert(0, RUNTIME.trigger)
         # (the hook finds nothing: it always raises ImportError, after installing when it is due)
         sys.path_hooks.insert(0, _ArmedPathHook(RUNTIME.trigger))  # type: ignore[arg-type]
@@ -312,6 +382,9 @@ def _install(first: str | None = None) -> object | None:
     megatron.core``) gets one warning that it is too late, and runs as plain python runs it.
     """
     from fl_patch.core.vendors import interpreter_shutting_down  # here: start-up stays light
+
+    if RUNTIME.import_hook is not None:
+        RUNTIME.import_hook.withdraw()  # armed no more, whichever trigger fired: import statements cost nothing again
 
     if interpreter_shutting_down():
         what = f"{first!r} was first imported" if first else "the first import fl_patch waits for came"

@@ -343,13 +343,30 @@ class Applier:
 def _import_impl(registration: Registration) -> object:
     try:
         return load_impl(registration.impl)
-    except Exception:
+    except Exception as exc:
         loading = _impl_module_initializing(registration)
         if loading is not None:
             # It imported this target's module at its top (while loading the impl of another
             # target): its names are not all defined yet. Not broken: try once it has loaded.
             raise ImplStillLoading(f"its impl module {loading} is still loading", blocker=loading) from None
+        blocker = _partially_initialized(exc)
+        if blocker is not None:
+            # The impl module imports a name from a module that is itself still loading further up
+            # this import (megatron's modules import each other in circles; a target's module loads
+            # early in that chain): not broken either, it is imported again once that one has loaded.
+            raise ImplStillLoading(
+                f"its impl imports from {blocker}, which is still loading", blocker=blocker
+            ) from None
         raise
+
+
+def _partially_initialized(exc: BaseException) -> str | None:
+    """The module an ``ImportError`` names, if that module is loading right now (a circular import)."""
+    name = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+    module = sys.modules.get(name) if isinstance(name, str) else None
+    if isinstance(module, types.ModuleType) and initializing(module):
+        return name
+    return None
 
 
 def _impl_module(registration: Registration, impl: object) -> str | None:

@@ -1,0 +1,46 @@
+"""Class targets (fl_patch.core.classes) on megatron's own idioms, in a real training run (issue 43).
+
+The registry (tests/support/plugins/fltest_idioms) replaces the base of every megatron module
+(``MegatronModule``, ``GraphableMegatronModule``: a later ``class TransformerLayer(GraphableMegatronModule,
+BaseTransformerLayer)`` mixes it with ``ABCMeta``), a class whose upstream ``__init__`` calls
+``super(ColumnParallelLinear, self)``, a base class whose subclass (``MoELayer``) was defined before
+the patch, and an autograd Function that megatron binds as ``bias_gelu_impl = GeLUFunction.apply``
+at import. Each impl is written as a vendor writes it (a subclass calling ``super()``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ..conftest import clean_env
+
+PROBE = Path(__file__).resolve().parents[1] / "support" / "plugins" / "fltest_idioms" / "probe.py"
+
+pytestmark = pytest.mark.slow
+
+
+def _probe(run_python, tmp_path: Path, **env: str) -> dict[str, object]:
+    proc = run_python("-m", "fl_patch", str(PROBE), str(tmp_path / "log.jsonl"), env=clean_env(**env), timeout=600)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_megatron_idioms_keep_working_with_class_impls(run_python, tmp_path: Path) -> None:
+    plain = _probe(run_python, tmp_path)
+    patched = _probe(run_python, tmp_path, FL_PATCH_REGISTRY="fltest_idioms.registry")
+    # Every class applied: megatron imported with its module base replaced (no metaclass conflict).
+    assert patched["applied"] == [
+        "BaseMoELayer", "ColumnParallelLinear", "GeLUFunction", "GraphableMegatronModule", "MegatronModule",
+    ]  # fmt: skip
+    # Impls that add nothing change nothing: the same losses, bit for bit (MoE built through MoELayer,
+    # a subclass of the replaced BaseMoELayer defined before the patch).
+    assert patched["losses"] == plain["losses"]
+    # ColumnParallelLinear(...) builds the impl, whose super().__init__ runs upstream's, which calls
+    # super(ColumnParallelLinear, self): no recursion, the impl's __init__ ran once per layer.
+    assert patched["built"] == ["CountingColumnParallelLinear"] and patched["name_builds_impl"] is True
+    # bias_gelu_impl = GeLUFunction.apply (bound at megatron's import) and the name reach the impl's forward.
+    assert patched["gelu_calls"] == 1 and patched["gelu_doubled"] is True and patched["gelu_through_name"] is True
+    # The name stays the upstream class: isinstance/issubclass, pickling by name, fl_patch.original.
+    assert patched["isinstance"] is True and patched["pickled"] is True and patched["name_is_upstream"] is True
