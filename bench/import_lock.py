@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         for case in args.cases.split(","):
-            outcomes = list(pool.map(lambda _: run_once(case, args.timeout), range(args.runs)))
+            outcomes = list(pool.map(run_once, [case] * args.runs, [args.timeout] * args.runs))
             counts: dict[str, int] = {}
             for outcome in outcomes:
                 counts[outcome] = counts.get(outcome, 0) + 1
