@@ -37,7 +37,7 @@ CASES: dict[str, list[str]] = {
         "--registry",
         "waiting_registry",
         str(PROGRAMS / "waiting_registry_main.py"),
-    ],  # fmt: skip
+    ],
 }
 
 
