@@ -55,6 +55,8 @@ from typing import Any
 
 import torch
 
+import fl_patch
+
 from . import fp8_quant as fq
 from ._runtime import LOG
 
@@ -244,9 +246,9 @@ class _BuildCheck:
         _builds().pop()
         if exc_type is None and self.built == 0:
             raise _error(
-                f"fp8={_value(self.config.fp8)!r}: layer {self.layer_no + 1} was built with no fp8-capable linear "
-                f"(transformer_impl={getattr(self.config, 'transformer_impl', '?')!r}): fp8 runs in the TE layer spec's "
-                "linears (transformer_impl='transformer_engine', served without TE by fl_patch); megatron's local "
+                f"fp8={_value(self.config.fp8)!r}: layer {self.layer_no + 1} was built with no fp8-capable linear: fp8 "
+                "runs in the TE layer spec's linears (get_gpt_layer_with_transformer_engine_spec, "
+                "--transformer-impl transformer_engine; served without TE by fl_patch); the local spec's "
                 "ColumnParallelLinear/RowParallelLinear stay bf16, so this run would not be fp8"
             )
 
@@ -280,8 +282,25 @@ def get_fp8_recipe(config: Any) -> Recipe | None:
     return recipe_for(config, "fp8")
 
 
+# --------------------------------------------------------------------------- megatron's TE-version gates of MoE fp8
+CONFIG_TE_MIN_VERSION = "megatron.core.transformer.transformer_config.is_te_min_version"
+MOE_FP8_GATES = ("1.7.0.dev0", "1.11.0")
+"""The TE versions ``TransformerConfig.__post_init__`` requires for MoE fp8 (``num_moe_experts`` with ``fp8``) and
+grouped fp8 GEMMs (with ``moe_grouped_gemm``): without TE the config refuses both. tests/test_flaggems_fp8.py re-reads
+the installed source: these versions are asked nowhere else there."""
+
+
+def config_te_min_version(version: str, check_equality: bool = True) -> bool:
+    """``transformer_config.is_te_min_version``: True for :data:`MOE_FP8_GATES` (the pack serves MoE fp8, grouped
+    experts included), megatron's own answer for every other version asked there."""
+    if str(version) in MOE_FP8_GATES:
+        return True
+    original: Callable[..., bool] = fl_patch.original(CONFIG_TE_MIN_VERSION)
+    return original(version, check_equality)
+
+
 # --------------------------------------------------------------------------- counting (said once, inspectable)
-STATS: dict[str, int] = {"fp8_gemm_calls": 0, "bf16_calls": 0}
+STATS: dict[str, int] = {"fp8_gemm_calls": 0, "bf16_calls": 0, "weight_casts": 0}
 _said: set[str] = set()
 
 
@@ -293,7 +312,8 @@ def _note_bf16(what: str) -> None:
 
 
 def fp8_summary() -> dict[str, int]:
-    """How many linear calls ran their GEMMs in fp8, and how many in bf16 under fp8 (each cause logged once)."""
+    """How many linear calls ran their GEMMs in fp8, how many in bf16 under fp8 (each cause logged once), and how
+    many fp8 weight copies were made (once a step per weight under megatron's schedules)."""
     return dict(STATS)
 
 
@@ -445,6 +465,7 @@ class LinearFp8:
             return cached[1], cached[2]
         r = self.recipe
         w = weight.detach()
+        STATS["weight_casts"] += 1
         if r.kind == "blockwise":
             wq, wqt = fq.quantize_128x128(w, r.fwd_dtype, r.margin)
         else:
@@ -555,7 +576,8 @@ class _StateUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if module.split(".", maxsplit=1)[0] == "transformer_engine":
             return _TEStub
-        if module.split(".", maxsplit=1)[0] in self._ALLOWED:
+        if module.split(".", maxsplit=1)[0] in self._ALLOWED or module == "megatron.core.safe_globals":
+            # (megatron-core routes torch's storage unpickling through its safe_globals)
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"fp8 extra state names {module}.{name}: not a TE checkpoint's state")
 

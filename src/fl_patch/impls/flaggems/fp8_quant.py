@@ -61,21 +61,21 @@ def fp8_max(dtype: torch.dtype) -> float:
 class Operand:
     """An fp8 matrix and its decode scale(s).
 
-    ``kind`` ``"tensor"``: ``scale_inv`` holds one value. ``"1x128"``: one per (row, 128 columns),
-    shape [rows, ceil(cols / 128)]. ``"128x128"``: one per 128x128 block, [ceil(rows/128), ceil(cols/128)].
-    ``data`` may be a transposed view (the column-major operand of a GEMM); ``scale_inv`` is then the
-    matching view.
+    ``kind`` ``"tensor"``: ``scale_inv`` holds one value. ``"1x128"``: one per (row, 128 columns) of the matrix as
+    quantized, [rows, ceil(cols / 128)]. ``"128x128"``: one per 128x128 block, [ceil(rows/128), ceil(cols/128)].
+    :meth:`t` gives the transposed view (the column-major operand of a GEMM): a 128x128 scale transposes with it;
+    a 1x128 scale stays as quantized (cuBLASLt reads a column-major 1x128 operand's scales per column), marked by
+    ``transposed``.
     """
 
     data: torch.Tensor
     scale_inv: torch.Tensor
     kind: str = "tensor"
+    transposed: bool = False
 
     def t(self) -> Operand:
-        """The transposed view (a 128x128 block scale transposes with it; other kinds do not transpose)."""
-        if self.kind == "1x128":
-            raise ValueError("a 1x128-scaled operand has no transposed view: quantize the transpose")
-        return Operand(self.data.t(), self.scale_inv.t() if self.kind == "128x128" else self.scale_inv, self.kind)
+        scale = self.scale_inv.t() if self.kind == "128x128" else self.scale_inv
+        return Operand(self.data.t(), scale, self.kind, not self.transposed)
 
 
 def _use_kernel(x: torch.Tensor) -> bool:
@@ -237,6 +237,8 @@ def _expand(scale: torch.Tensor, rows: int, cols: int, kind: str) -> torch.Tenso
 
 def dequantize(op: Operand) -> torch.Tensor:
     """The fp32 matrix ``op`` stands for."""
+    if op.kind == "1x128" and op.transposed:
+        return dequantize(Operand(op.data.t(), op.scale_inv, op.kind)).t()
     rows, cols = op.data.shape
     return op.data.float() * _expand(op.scale_inv.float(), rows, cols, op.kind)
 

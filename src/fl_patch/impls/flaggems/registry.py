@@ -114,6 +114,8 @@ FP8_PATCHES: tuple[tuple[str, str], ...] = (
     # experts.py asserts HAVE_TE under fp8 and pads with TE's Fp8Padding; its HAVE_TE guards nothing else that runs
     # without TE (the op-fuser check imports TE and returns False): tests/test_flaggems_fp8.py re-reads the source
     ("megatron.core.transformer.moe.experts.HAVE_TE", f"{_PACK}.fp8.HAVE_TE"),
+    # TransformerConfig refuses MoE fp8 below TE 1.7 / grouped fp8 below TE 1.11 (0.0.0 without TE): those two gates
+    ("megatron.core.transformer.transformer_config.is_te_min_version", f"{_PACK}.fp8.config_te_min_version"),
 )
 FP8_CREATED: tuple[tuple[str, str], ...] = (
     ("megatron.core.transformer.moe.experts.Fp8Padding", f"{_PACK}.fp8.Fp8Padding"),
