@@ -136,9 +136,12 @@ def main() -> None:
         "fp8_multi_head_attention=True": dict(fp8="hybrid", fp8_recipe="tensorwise", fp8_multi_head_attention=True),
         "fp8='hybrid' with fp8_recipe='blockwise'": dict(fp8="hybrid", fp8_recipe="blockwise"),
         "recompute_granularity='full'": dict(
-            fp8="hybrid", fp8_recipe="delayed", recompute_granularity="full", recompute_method="uniform",
+            fp8="hybrid",
+            fp8_recipe="delayed",
+            recompute_granularity="full",
+            recompute_method="uniform",
             recompute_num_layers=1,
-        ),  # fmt: skip
+        ),
         "fp8_recipe='custom'": dict(fp8="e4m3", fp8_recipe="custom", fp8_quantizer_factory="os.path.join"),
     }
     refused: dict[str, str] = {}
@@ -237,7 +240,9 @@ def main() -> None:
     # (fp8's noise moves near-tied tokens to other experts, so single expert gradients move more than a dense
     # layer's: the whole gradient is compared)
     names = sorted(moe_ref_grads)
-    whole = rel(torch.cat([moe_grads[n].flatten() for n in names]), torch.cat([moe_ref_grads[n].flatten() for n in names]))
+    whole = rel(
+        torch.cat([moe_grads[n].flatten() for n in names]), torch.cat([moe_ref_grads[n].flatten() for n in names])
+    )
     out["moe_grouped"] = {"loss": moe_loss, "bf16_loss": moe_ref_loss, "whole_grad_rel": whole, "calls": counts()}
     # per layer: qkv, proj (dense) and the experts' fc1, fc2 (grouped): 4 fp8 calls a layer
     assert counts() == {"fp8_gemm_calls": 8, "bf16_calls": 0}, counts()
@@ -255,9 +260,11 @@ def main() -> None:
         )
         optimizer = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=3e-3, clip_grad=1.0), [ddp])
         forward_backward = get_forward_backward_func()
-        batches = [torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=torch.Generator().manual_seed(i)) for i in range(4)]
+        batches = [
+            torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=torch.Generator().manual_seed(i)) for i in range(4)
+        ]
 
-        def step(iterator, m):  # noqa: ANN001, ANN202
+        def step(iterator, m):
             t = next(iterator)
             output = m(t[:, :-1], positions, None, labels=t[:, 1:])
             return output, lambda o: (o.float().mean(), {"lm loss": o.float().mean()})
