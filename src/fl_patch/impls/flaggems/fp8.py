@@ -45,6 +45,7 @@ When to drop: TransformerEngine (or TE-FL) installed: none of this is registered
 
 from __future__ import annotations
 
+import atexit
 import io
 import pickle
 import threading
@@ -311,6 +312,26 @@ def _note_bf16(what: str) -> None:
         LOG.warning("fl_patch flaggems fp8: %s runs in bf16 (logged once)", what)
 
 
+_recipes_seen: set[tuple[str, str]] = set()
+
+
+def _say_at_exit() -> None:
+    """What this process ran in fp8, said once at exit where any layer was built for fp8: a run the user believes fp8
+    shows that it was (and how many calls were not)."""
+    if _recipes_seen and (STATS["fp8_gemm_calls"] or STATS["bf16_calls"]):
+        LOG.warning(
+            "fl_patch flaggems fp8 (%s): %d linear calls ran their GEMMs in fp8, %d in bf16 (causes logged above), "
+            "%d fp8 weight copies made",
+            ", ".join(f"{kind} {fmt}" for kind, fmt in sorted(_recipes_seen)),
+            STATS["fp8_gemm_calls"],
+            STATS["bf16_calls"],
+            STATS["weight_casts"],
+        )
+
+
+atexit.register(_say_at_exit)
+
+
 def fp8_summary() -> dict[str, int]:
     """How many linear calls ran their GEMMs in fp8, how many in bf16 under fp8 (each cause logged once), and how
     many fp8 weight copies were made (once a step per weight under megatron's schedules)."""
@@ -335,6 +356,7 @@ def fp8_layer(config: Any, layer: torch.nn.Module, num_gemms: int = 1) -> Linear
             raise _error(f"{type(layer).__name__}: fp8_recipe='blockwise': {reason}")
     for check in _builds():
         check.built += 1
+    _recipes_seen.add((recipe.kind, recipe.format))
     return LinearFp8(recipe, num_gemms)
 
 
@@ -601,7 +623,7 @@ def _load_te_state(state: Any) -> dict[str, Any] | None:
 
 # --------------------------------------------------------------------------- the GEMMs
 def _gather(x: torch.Tensor, group: Any) -> torch.Tensor:
-    from megatron.core.utils import get_global_memory_buffer
+    from megatron.core.parallel_state import get_global_memory_buffer
 
     shape = list(x.shape)
     shape[0] *= group.size()
