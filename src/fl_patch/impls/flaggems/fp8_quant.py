@@ -244,7 +244,22 @@ def dequantize(op: Operand) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- GEMMs
+_PADDED_BLOCK_SCALES = [False]  # set by the device check: the 128x128 scales passed with their padded rows
+
+
+def _block_scale(op: Operand) -> torch.Tensor:
+    """``op``'s scales as the GEMM takes them: a 128x128 scale is a slice of a buffer whose rows are padded to a
+    multiple of 4; where the device check found that torch wants the padded buffer, that is passed."""
+    scale = op.scale_inv
+    if op.kind == "128x128" and _PADDED_BLOCK_SCALES[0] and scale._base is not None:
+        base = scale._base
+        return base.t() if scale.stride(0) == 1 else base
+    return scale
+
+
 def _blockwise_cuda(a: Operand, b: Operand, out_dtype: torch.dtype, fast_accum: bool) -> torch.Tensor:
+    a = Operand(a.data, _block_scale(a), a.kind, a.transposed)
+    b = Operand(b.data, _block_scale(b), b.kind, b.transposed)
     functional = torch.nn.functional
     if hasattr(functional, "scaled_mm") and hasattr(functional, "ScalingType"):
         kinds = {"1x128": functional.ScalingType.BlockWise1x128, "128x128": functional.ScalingType.BlockWise128x128}
@@ -278,7 +293,20 @@ _block_lock = threading.Lock()
 
 
 def _check_blockwise(device: torch.device) -> str | None:
-    """None if torch's block-scaled GEMM gives the dequantized product here (1x128 by 128x128, 1x128 by 1x128)."""
+    """None if torch's block-scaled GEMM gives the dequantized product here (1x128 by 128x128, 1x128 by 1x128), with
+    the 128x128 scales as sliced or, failing that, with their padded rows (torch releases differ on which)."""
+    first = _check_blockwise_once(device)
+    if first is None:
+        return None
+    _PADDED_BLOCK_SCALES[0] = True
+    second = _check_blockwise_once(device)
+    if second is None:
+        return None
+    _PADDED_BLOCK_SCALES[0] = False
+    return f"{first}; with padded 128x128 scales: {second}"
+
+
+def _check_blockwise_once(device: torch.device) -> str | None:
     generator = torch.Generator(device="cpu").manual_seed(0)
     m, n, k = 256, 384, 512
     x = (torch.randn(m, k, generator=generator) * torch.logspace(-2, 2, k)).to(device, torch.bfloat16)
