@@ -266,6 +266,42 @@ def test_the_cpu_pack_still_refuses_fp8_by_name(run_python) -> None:
     )
 
 
+MEGATRON_LM = Path(os.environ.get("MEGATRON_LM", "/nonexistent"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (MEGATRON_LM / "pretrain_gpt.py").is_file(),
+    reason="set MEGATRON_LM to a Megatron-LM checkout (core_v0.19.0) to run pretrain_gpt.py",
+)
+def test_pretrain_gpt_fp8_at_tp2_with_sequence_parallelism(run_python, tmp_path) -> None:
+    """Megatron-LM's own pretrain_gpt.py, unchanged, TE spec, no TE: --fp8-format hybrid --fp8-recipe tensorwise at
+    TP=2 with sequence parallelism (torchrun, gloo) trains, and every linear call ran in fp8 (the exit line)."""
+    import shutil
+
+    for name in ("pretrain_gpt.py", "gpt_builders.py", "model_provider.py"):
+        shutil.copy(MEGATRON_LM / name, tmp_path / name)
+    args = (
+        "--mock-data --tokenizer-type NullTokenizer --vocab-size 128 --make-vocab-size-divisible-by 64 "
+        "--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 "
+        "--micro-batch-size 2 --global-batch-size 4 --train-iters 8 --lr 1e-3 --log-interval 1 --eval-interval 8 "
+        "--eval-iters 1 --num-workers 0 --position-embedding-type rope --normalization RMSNorm --swiglu "
+        "--disable-bias-linear --bf16 --fp8-format hybrid --fp8-recipe tensorwise --tensor-model-parallel-size 2 "
+        "--sequence-parallel --use-cpu-initialization"
+    ).split()
+    env = clean_env(MG_FL_PREFER="flaggems", PYTHONWARNINGS="ignore")
+    proc = run_python(
+        "-m", "fl_patch", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "pretrain_gpt.py",
+        *args, env=env, cwd=tmp_path, check=False, timeout=600,
+    )  # fmt: skip
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    losses = [float(line.split("lm loss:")[1].split("|")[0]) for line in log.splitlines() if "| lm loss:" in line]
+    assert len(losses) == 8 and losses[-1] < losses[0] - 0.5, losses
+    summaries = [line for line in log.splitlines() if "fl_patch flaggems fp8 (tensorwise hybrid):" in line]
+    assert len(summaries) == 2 and all(" 0 in bf16" in line for line in summaries), summaries  # one per rank
+
+
 # --------------------------------------------------------------------------------- Triton's CPU interpreter
 _needs_triton_cpu = pytest.mark.skipif(
     not (TRITON_CPU / "triton").is_dir(), reason="no .cache/triton-cpu (run scripts/triton-cpu.sh)"
