@@ -7,8 +7,8 @@
 #   tests_te   the TE-spec GPU tests the fp8 change touches (tests/test_flaggems_gpu.py: TE spec, MoE, MLA, autotune store)
 #   ops        bench/gpu_fp8_ops.py: GEMM TFLOP/s bf16 vs fp8, the cast kernels' bandwidth, one linear fwd+bwd bf16 vs fp8
 #   e2e131     the 1.31B Llama-style model (25 layers, hidden 2048, GQA 16/8, SwiGLU 5632, seq 4096), 8 x 4 sequences a
-#              step, megatron's full-iteration CUDA graph, gradient accumulation fusion, fused QKV RoPE, TE spec: bf16,
-#              fp8 tensorwise, delayed, blockwise (the same model, batch and machine)
+#              step, megatron's full-iteration CUDA graph, gradient accumulation fusion, fused QKV RoPE, TE spec: bf16 and
+#              fp8 tensorwise (the same model, batch and machine); e2e131_more: fp8 blockwise and delayed
 #   e2e281     the 2.81B (26 layers, hidden 3072, GQA 24/8, SwiGLU 8192, seq 4096), 2 x 4 sequences: bf16, fp8 tensorwise
 #   cold       a shape no seed was measured for (hidden 2560, SwiGLU 6848, seq 2048, 4 layers), empty caches: the shipped
 #              seeds (read by SM family), and no seeds at all (FL_GEMS_AUTOTUNE_SEED=0: the tuning budget bounds it)
@@ -29,7 +29,7 @@ OUT=${OUT:-/tmp/fp8_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export PYTHONWARNINGS="ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning"
-STAGES=${FP8_STAGES:-tests tests_te ops e2e131 e2e281 cold tests_curves curves131 curves281 pretrain example}
+STAGES=${FP8_STAGES:-tests e2e131 e2e281 ops curves131 cold e2e131_more pretrain example tests_curves curves281 tests_te}
 BUDGET=${FP8_BUDGET_S:-0}
 START=$SECONDS
 RUNS=/tmp/fp8_runs
@@ -68,7 +68,7 @@ for s in $STAGES; do
   case $s in
     tests)
       fits 150 tests || continue
-      stage tests timeout 240 python3 -m pytest -o addopts="" -p no:cacheprovider -q $WORKERS tests/test_flaggems_fp8.py \
+      stage tests timeout 150 python3 -m pytest -o addopts="" -p no:cacheprovider -q $WORKERS tests/test_flaggems_fp8.py \
         -m gpu -k on_the_gpu 2>&1 | tail -25 | tee -a "$OUT/fp8_tests.txt" ;;
     tests_te)
       fits 200 tests_te || continue
@@ -77,24 +77,27 @@ for s in $STAGES; do
     ops)
       fits 150 ops || continue
       stage ops timeout 200 python3 bench/gpu_fp8_ops.py --out "$OUT/ops.json" --repeat 15 ;;
-    e2e131)  # the same settings, bf16 and each fp8 recipe, interleaved on one machine
-      fits 280 e2e131 || continue
+    e2e131)  # the same settings, bf16 and fp8 tensorwise, one after the other on one machine
+      fits 130 e2e131 || continue
       stage e2e131 bash -c "$(declare -f run); $(declare -p gpt pack l131 RUNS); \
-        run l131_bf16 150 \"\${l131[@]}\"; run l131_fp8_tensorwise 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe tensorwise; \
-        run l131_fp8_delayed 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe delayed --fp8-amax-history-len 16 --fp8-amax-compute-algo max; \
-        run l131_fp8_blockwise 150 \"\${l131[@]}\" --fp8 e4m3 --fp8-recipe blockwise" ;;
+        run l131_bf16 150 \"\${l131[@]}\"; run l131_fp8_tensorwise 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe tensorwise" ;;
+    e2e131_more)  # the other two recipes at the same settings
+      fits 130 e2e131_more || continue
+      stage e2e131_more bash -c "$(declare -f run); $(declare -p gpt pack l131 RUNS); \
+        run l131_fp8_blockwise 150 \"\${l131[@]}\" --fp8 e4m3 --fp8-recipe blockwise; \
+        run l131_fp8_delayed 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe delayed --fp8-amax-history-len 16 --fp8-amax-compute-algo max" ;;
     e2e281)
       fits 150 e2e281 || continue
       stage e2e281 bash -c "$(declare -f run); $(declare -p gpt pack b3 RUNS); \
         run b3_bf16 150 \"\${b3[@]}\"; run b3_fp8_tensorwise 150 \"\${b3[@]}\" --fp8 hybrid --fp8-recipe tensorwise" ;;
     cold)  # empty triton and pack caches each run
       fits 120 cold || continue
-      for way in seeds noseeds; do
+      for way in noseeds seeds; do
         rm -rf /tmp/fp8_cold
         extra=(); [ $way = noseeds ] && extra=(FL_GEMS_AUTOTUNE_SEED=0)
         stage "cold_$way" env MG_FL_PREFER=flaggems TRITON_CACHE_DIR=/tmp/fp8_cold/t FL_GEMS_CACHE_DIR=/tmp/fp8_cold/g \
           "${extra[@]}" timeout 120 "${gpt[@]}" --layers 4 --hidden 2560 --ffn 6848 --seq 2048 --heads 20 --groups 4 \
-          --mbs 1 --steps 6 --out "$RUNS/cold_${way}_2560_6848_2048.json" > "/tmp/cold_$way.log" 2>&1
+          --mbs 1 --steps 3 --out "$RUNS/cold_${way}_2560_6848_2048.json" > "/tmp/cold_$way.log" 2>&1
         grep -v "Warning\|warn\|DEPRECATED" "/tmp/cold_$way.log" | grep -i "autotun\|budget\|first_step" | tail -5 | cut -c1-600
       done ;;
     tests_curves)
@@ -104,7 +107,7 @@ for s in $STAGES; do
     curves131|curves281)
       if [ $s = curves131 ]; then model=(--preset llama131); name=l131; else model=("${m281[@]}"); name=b3; fi
       steps=${FP8_CURVE_STEPS:-150}; fp32_steps=${FP8_FP32_STEPS:-60}
-      fits 200 "$s" || continue
+      fits ${FP8_CURVE_NEEDS:-200} "$s" || continue
       curve=(--spec te --seq 1024 --mbs 4 --fresh-data --manual-gc)
       stage "$s" bash -c "$(declare -f run); $(declare -p gpt pack RUNS model curve steps fp32_steps name); RUNS=$CURVES; \
         run \${name}_curve_bf16 200 \"\${model[@]}\" \"\${curve[@]}\" --steps \$steps; \
