@@ -74,6 +74,7 @@ __all__ = [
     "get_fp8_context",
     "get_fp8_recipe",
     "recipe_for",
+    "te_checkpoint",
 ]
 
 HAVE_TE = True  # megatron.core.transformer.moe.experts' guard of its fp8 padding (Fp8Padding below)
@@ -281,6 +282,38 @@ def get_fp8_context(config: Any, layer_no: int = -1, is_init: bool = False) -> A
 def get_fp8_recipe(config: Any) -> Recipe | None:
     """``megatron.core.fp8_utils.get_fp8_recipe`` where TE is absent: this module's :class:`Recipe`."""
     return recipe_for(config, "fp8")
+
+
+# --------------------------------------------------------------------------- activation recompute under fp8
+def te_checkpoint(
+    forward_func: Callable[..., Any],
+    distribute_saved_activations: bool,
+    get_rng_state_tracker: Callable[[], Any],
+    tp_group: Any,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """``extensions.transformer_engine.te_checkpoint`` without TE: megatron's own activation checkpoint.
+
+    Why: under fp8 megatron recomputes through TE's checkpoint (full recompute in ``recompute.py``, the MLP, the MoE
+    layer and its shared experts); without TE that name is None or raises. TE's checkpoint also carries the fp8 region
+    into the recomputed forward: here the recipe active when the forward ran is entered again around the recomputed
+    call (a region megatron opens inside the checkpointed function is entered by it, as in the forward). The
+    recomputed forward then casts exactly as the first one did (``tensorwise``, ``blockwise``: scales from the same
+    tensors; the step's fp8 weight copies are reused; ``delayed`` with recompute is refused at build). RNG: megatron's
+    ``tensor_parallel.checkpoint`` restores its CUDA RNG tracker's states, the tracker megatron passes here.
+    """
+    from megatron.core import tensor_parallel
+
+    recipe = active_recipe()
+
+    def run(*inner: Any) -> Any:
+        if recipe is None:
+            return forward_func(*inner, **kwargs)
+        with Autocast(recipe):
+            return forward_func(*inner, **kwargs)
+
+    return tensor_parallel.checkpoint(run, distribute_saved_activations, *args)
 
 
 # --------------------------------------------------------------------------- megatron's TE-version gates of MoE fp8

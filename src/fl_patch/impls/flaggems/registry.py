@@ -120,6 +120,10 @@ FP8_PATCHES: tuple[tuple[str, str], ...] = (
 FP8_CREATED: tuple[tuple[str, str], ...] = (
     ("megatron.core.transformer.moe.experts.Fp8Padding", f"{_PACK}.fp8.Fp8Padding"),
     ("megatron.core.transformer.moe.experts.Fp8Unpadding", f"{_PACK}.fp8.Fp8Unpadding"),
+    # activation recompute under fp8 goes through TE's checkpoint: raises without TE (extensions), None where bound
+    ("megatron.core.extensions.transformer_engine.te_checkpoint", f"{_PACK}.fp8.te_checkpoint"),
+    ("megatron.core.recompute.te_checkpoint", f"{_PACK}.fp8.te_checkpoint"),
+    ("megatron.core.transformer.moe.moe_layer.te_checkpoint", f"{_PACK}.fp8.te_checkpoint"),
 )
 TE_SPEC = not te_installed()
 
