@@ -62,7 +62,9 @@ def main() -> int:
                 plt.plot(range(1, len(losses[kind]) + 1), losses[kind], style, lw=1, label=kind)
         plt.xlabel("step")
         plt.ylabel("loss")
-        plt.title(f"{label} Llama-style, fresh Markov data: fp8 (tensorwise, hybrid) vs bf16 vs fp32 ({entry['device']})")
+        plt.title(
+            f"{label} Llama-style, fresh Markov data: fp8 (tensorwise, hybrid) vs bf16 vs fp32 ({entry['device']})"
+        )
         plt.legend()
         plt.tight_layout()
         plt.savefig(f"{out_dir}/fp8_loss_{label}.png", dpi=110)
