@@ -688,6 +688,7 @@ def test_autotune_picks_persist_across_processes(run_python, tmp_path) -> None:
     env = clean_env(
         PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
         FL_GEMS_AUTOTUNE="1", FL_GEMS_AUTOTUNE_CACHE="1", FL_GEMS_AUTOTUNE_SEED="0", FL_GEMS_CACHE_DIR=str(tmp_path),
+        FL_GEMS_TUNE_BUDGET_S="inf",  # tuning here is the point: no budget (tests/test_flaggems_fp8.py tests it)
     )  # fmt: skip
     runs = []
     for _ in range(2):

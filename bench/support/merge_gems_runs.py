@@ -26,6 +26,9 @@ SUMMARY = (
     "active_params",
     "first_step_s",
     "fallbacks",
+    "fp8_recipe",
+    "fp8_summary",
+    "device_name",
 )
 
 

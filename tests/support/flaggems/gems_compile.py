@@ -22,7 +22,16 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from fl_patch.impls.flaggems.kernels import attention, cross_entropy, moe_permute, norms, rope, softmax, swiglu
+from fl_patch.impls.flaggems.kernels import (
+    attention,
+    cross_entropy,
+    fp8_cast,
+    moe_permute,
+    norms,
+    rope,
+    softmax,
+    swiglu,
+)
 
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -59,8 +68,15 @@ POINTERS = {
     "_map_columns": {"MASK": "*u8", "STARTS": "*i64", "DENSE": "*i32"},
     "_map_rows": {"DENSE": "*i32", "MAP": "*i32"},
     "_sort_chunks": {"SRC": "*bf16", "DST": "*bf16", "P_SRC": "*fp32", "P_DST": "*fp32", "SIZES": "*i64", "ORDER": "*i64"},
+    # fp8 casts: the fp8 bytes written through uint8 views
+    "_amax_kernel": {"X": "*bf16", "AMAX": "*fp32"},
+    "_cast_kernel": {
+        "X": "*bf16", "Q": "*u8", "QT": "*u8", "SCALE": "*fp32", "SCALE_INV": "*fp32", "AMAX": "*fp32",
+    },
+    "_cast_1x128_kernel": {"X": "*bf16", "Q": "*u8", "S": "*fp32", "QT": "*u8", "ST": "*fp32"},
+    "_cast_128x128_kernel": {"X": "*bf16", "Q": "*u8", "S": "*fp32", "QT": "*u8", "ST": "*fp32"},
 }  # fmt: skip
-FLOAT_SCALARS = {"qk_scale", "sm_scale", "eps", "mscale", "scale", "smoothing"}
+FLOAT_SCALARS = {"qk_scale", "sm_scale", "eps", "mscale", "scale", "smoothing", "FP8_MAX", "MARGIN"}
 
 
 def _signature(kernel: triton.JITFunction, constexprs: dict) -> dict:
@@ -121,6 +137,28 @@ def cases() -> list[tuple]:
         (moe_permute._map_rows, {"BLOCK_T": 64, "E_PAD": 64}, 4),
         (moe_permute._sort_chunks, {"REVERSE": False, "HAS_P": True, "BLOCK_R": 32, "BLOCK_H": 1024, "C_PAD": 256}, 4),
         (moe_permute._sort_chunks, {"REVERSE": True, "HAS_P": False, "BLOCK_R": 32, "BLOCK_H": 1024, "C_PAD": 8}, 4),
+    ]
+    e4m3, e5m2 = ({"MANT": 3, "BIAS": 7, "EMIN": -6}, {"MANT": 2, "BIAS": 15, "EMIN": -14})
+    out += [
+        (fp8_cast._amax_kernel, {"BLOCK_M": 64, "BLOCK_N": 128}, 8),
+        (
+            fp8_cast._cast_kernel,
+            {"MODE": 0, **e4m3, "WRITE_Q": True, "WRITE_QT": True, "BLOCK_M": 64, "BLOCK_N": 128},
+            8,
+        ),
+        (
+            fp8_cast._cast_kernel,
+            {"MODE": 1, **e5m2, "WRITE_Q": True, "WRITE_QT": False, "BLOCK_M": 64, "BLOCK_N": 128},
+            8,
+        ),
+        (
+            fp8_cast._cast_kernel,
+            {"MODE": 0, **e5m2, "WRITE_Q": False, "WRITE_QT": True, "BLOCK_M": 64, "BLOCK_N": 128},
+            8,
+        ),
+        (fp8_cast._cast_1x128_kernel, {**e4m3, "WRITE_QT": True, "BLOCK": 128}, 16),
+        (fp8_cast._cast_1x128_kernel, {**e4m3, "WRITE_QT": False, "BLOCK": 128}, 8),
+        (fp8_cast._cast_128x128_kernel, {**e4m3, "BLOCK": 128}, 16),
     ]
     rope_common = {"BLOCK_BH": 16, "BLOCK_E": 128}
     for backward, interleaved, has_pass in ((False, False, False), (True, True, True), (True, False, True)):

@@ -242,7 +242,18 @@ def main() -> int:
         help="megatron-core's full-iteration CUDA graph (FullCudaGraphWrapper, Megatron-LM's "
         "--cuda-graph-impl full_iteration): forward+backward captured after 3 warm-up steps, replayed after",
     )
+    parser.add_argument(
+        "--fp8",
+        choices=("e4m3", "hybrid"),
+        default=None,
+        help="fp8 GEMMs in the TE spec's linears (megatron's --fp8-format; without TE the pack's fp8.py); needs --spec te",
+    )
+    parser.add_argument("--fp8-recipe", choices=("tensorwise", "delayed", "blockwise"), default="tensorwise")
+    parser.add_argument("--fp8-amax-history-len", type=int, default=1, help="delayed scaling's amax history")
+    parser.add_argument("--fp8-amax-compute-algo", choices=("most_recent", "max"), default="most_recent")
     args = parser.parse_args()
+    if args.fp8 and args.spec != "te":
+        parser.error("--fp8 needs --spec te (fp8 runs in the TE spec's linears; the local spec's stay bf16)")
     if args.flaggems_global:
         import flag_gems
 
@@ -312,6 +323,13 @@ def main() -> int:
         groups = heads  # MLA has no query groups
     from megatron.core.transformer import MLATransformerConfig
 
+    fp8_options: dict[str, object] = {}
+    if args.fp8:
+        fp8_options = dict(
+            fp8=args.fp8, fp8_recipe=args.fp8_recipe, fp8_amax_history_len=args.fp8_amax_history_len,
+            fp8_amax_compute_algo=args.fp8_amax_compute_algo,
+        )  # fmt: skip
+
     cfg = (MLATransformerConfig if args.mla else TransformerConfig)(
         num_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_query_groups=groups,
         ffn_hidden_size=ffn, normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu,
@@ -320,7 +338,7 @@ def main() -> int:
         bias_activation_fusion=args.bias_act_fusion, masked_softmax_fusion=False, apply_rope_fusion=False,
         gradient_accumulation_fusion=args.grad_accum_fusion, bias_dropout_fusion=False, attention_dropout=0.0, hidden_dropout=0.0,
         fused_single_qkv_rope=args.fused_qkv_rope, tensor_model_parallel_size=args.tp, sequence_parallel=args.sp,
-        **moe,
+        **moe, **fp8_options,
     )  # fmt: skip
     experts = args.experts or None
     if args.spec == "te":
@@ -503,6 +521,10 @@ def main() -> int:
         "fallbacks": fallback_summary(),
     }
     out["tp"], out["sp"] = args.tp, args.sp
+    fp8_module = sys.modules.get("fl_patch.impls.flaggems.fp8")
+    out["fp8"], out["fp8_recipe"] = args.fp8, args.fp8_recipe if args.fp8 else None
+    out["fp8_summary"] = fp8_module.fp8_summary() if fp8_module is not None else None
+    out["device_name"] = torch.cuda.get_device_name()
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)

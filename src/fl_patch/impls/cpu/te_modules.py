@@ -33,8 +33,9 @@ layers and mappings (so TP, sequence parallelism, expert parallelism, initialisa
 The maths goes through three module-level functions, :func:`norm`, :func:`attention` and
 :func:`grouped_matmul`: a pack with kernels (the FlagGems GPU pack) registers its own impl for
 them (``fl_patch.impls.cpu.te_modules.norm`` is an fl_patch target like any other) and every
-module above runs on it. TE-only features (fp8, fp4, TP communication overlap, delayed wgrad,
-symmetric all-reduce, fused residual RMSNorm, context parallelism, THD packed sequences) raise
+module above runs on it. fp8 goes through :func:`fp8_layer`, which a pack with fp8 GEMMs replaces (the FlagGems
+pack's ``fp8.py``); here it needs TE. TE-only features (fp8 without such a pack, fp4, TP communication overlap,
+delayed wgrad, symmetric all-reduce, fused residual RMSNorm, context parallelism, THD packed sequences) raise
 :class:`TEFeatureError`, naming the feature: never a silent plain-precision run.
 
 Upstream reference: megatron-core 0.19.2, ``megatron/core/extensions/transformer_engine.py``
@@ -87,6 +88,7 @@ __all__ = [
     "TESpecProvider",
     "TransformerBlockNorm",
     "attention",
+    "fp8_layer",
     "grouped_matmul",
     "norm",
     "per_expert_matmul",
@@ -116,8 +118,7 @@ def _release_options(base_init: Callable, **options: object) -> dict[str, object
 def _refuse(where: str, config: Any, **requested: object) -> None:
     """One clear error naming every TE-only feature the config (or the caller) asks for."""
     gtp = getattr(config, "gtp_weight_remat_size", None) or 1  # (main) generalized TP's weight rematerialisation
-    features = {
-        "fp8": getattr(config, "fp8", None),
+    features = {  # (fp8: fp8_layer below, which a pack with fp8 GEMMs replaces)
         "fp4": getattr(config, "fp4", None),
         "tp_comm_overlap": getattr(config, "tp_comm_overlap", False),
         "delay_wgrad_compute": getattr(config, "delay_wgrad_compute", False),
@@ -134,6 +135,22 @@ def _refuse(where: str, config: Any, **requested: object) -> None:
 
 
 # --------------------------------------------------------------------------- the maths (pack hooks)
+def fp8_layer(config: Any, layer: torch.nn.Module, num_gemms: int = 1) -> Any:
+    """The fp8 state of a linear layer built for ``config``: None where ``config.fp8`` is unset.
+
+    A pack with fp8 GEMMs replaces this (the FlagGems pack: ``fl_patch.impls.flaggems.fp8.fp8_layer``) and returns
+    an object the linears call: ``takes(x, weight)``, ``linear(module, x, weight, **megatron's kwargs)``,
+    ``grouped(module, x, weights, splits)``, ``get_extra_state()``, ``set_extra_state(state)``. Here fp8 needs TE.
+    """
+    if getattr(config, "fp8", None):
+        raise TEFeatureError(
+            f"{type(layer).__name__}: fp8={config.fp8!r} needs Transformer Engine, which is not installed; fl_patch's "
+            "TE-compatible modules (fl_patch/impls/cpu/te_modules.py, docs/te_spec.md) serve fp8 on the FlagGems GPU "
+            "pack only (MG_FL_PREFER=flaggems, docs/gpu_pack.md)"
+        )
+    return None
+
+
 def norm(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float, rms: bool, zero_centered_gamma: bool
 ) -> torch.Tensor:
@@ -239,13 +256,21 @@ class TransformerBlockNorm(WrappedTorchNorm):
 
 # --------------------------------------------------------------------------- linears
 class _ExtraState:
-    """TE modules carry ``_extra_state`` (fp8 metadata); here there is none to carry, and a TE checkpoint's is
-    accepted only when it holds no fp8 state (else the fp8 scaling would silently be dropped)."""
+    """TE modules carry ``_extra_state`` (fp8 metadata): a layer running fp8 (``_fl_fp8``) saves and loads its own in
+    TE's layout; without fp8 there is none to carry, and a TE checkpoint's is accepted only when it holds no fp8 state
+    (else the fp8 scaling would silently be dropped)."""
 
-    def get_extra_state(self) -> None:
+    _fl_fp8: Any = None  # the pack's fp8 state of this layer (fp8_layer), None in bf16 runs
+
+    def get_extra_state(self) -> Any:
+        if self._fl_fp8 is not None:
+            return self._fl_fp8.get_extra_state()
         return None
 
     def set_extra_state(self, state: Any) -> None:
+        if self._fl_fp8 is not None:
+            self._fl_fp8.set_extra_state(state)
+            return
         if state is None or (isinstance(state, torch.Tensor) and state.numel() == 0):
             return
         if isinstance(state, io.BytesIO) and not state.getbuffer().nbytes:  # older TE's empty state
@@ -263,6 +288,17 @@ def _no_expert_tp_comm(layer: ColumnParallelLinear | RowParallelLinear) -> None:
     identity autograd Function returning its input as a view, and ``MLP.forward``'s in-place
     ``output += bias * scale`` (SequentialMLP with biases) then raises. TE's output is never such a view."""
     layer.explicit_expert_comm = True
+
+
+def _attach_fp8(layer: torch.nn.Module, config: Any, num_gemms: int = 1) -> None:
+    """Give ``layer`` its fp8 state (:func:`fp8_layer`) and, with it, TE's ``is_first_microbatch`` flag: megatron sets
+    it on the first micro-batch of a step (``MegatronModule.set_is_first_microbatch``), when the fp8 weight copy is
+    made again; the other micro-batches reuse it."""
+    fp8 = fp8_layer(config, layer, num_gemms)
+    layer._fl_fp8 = fp8  # (a plain attribute, not a submodule)
+    if fp8 is not None:
+        # None (no schedule sets it): a fresh fp8 weight copy at every call
+        layer.is_first_microbatch = None  # type: ignore[assignment]
 
 
 class TEColumnParallelLinear(_ExtraState, ColumnParallelLinear):
@@ -307,9 +343,16 @@ class TEColumnParallelLinear(_ExtraState, ColumnParallelLinear):
         )
         if is_expert:
             _no_expert_tp_comm(self)
+        _attach_fp8(self, config)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         return super().forward(x)
+
+    def _forward_impl(self, input: torch.Tensor, weight: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        fp8 = self._fl_fp8
+        if fp8 is not None and not args and fp8.takes(input, weight):
+            return fp8.linear(self, input, weight, **kwargs)
+        return super()._forward_impl(input, weight, *args, **kwargs)
 
     def backward_dw(self) -> None:
         """TE's delayed weight-gradient hook: nothing is delayed here (``delay_wgrad_compute`` is refused)."""
@@ -411,9 +454,16 @@ class TERowParallelLinear(_ExtraState, RowParallelLinear):
         )
         if is_expert:
             _no_expert_tp_comm(self)
+        _attach_fp8(self, config)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         return super().forward(x)
+
+    def _forward_impl(self, input: torch.Tensor, weight: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        fp8 = self._fl_fp8
+        if fp8 is not None and not args and fp8.takes(input, weight):
+            return fp8.linear(self, input, weight, **kwargs)
+        return super()._forward_impl(input, weight, *args, **kwargs)
 
     def backward_dw(self) -> None:
         """TE's delayed weight-gradient hook: nothing is delayed here."""
@@ -469,11 +519,16 @@ class TELinear(_ExtraState, MegatronModule):
             param.sequence_parallel = config.sequence_parallel
             param.tensor_model_parallel = False
         self._tp_group = get_tensor_model_parallel_group_if_none(tp_group, is_expert=is_expert)
+        _attach_fp8(self, config)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self.te_return_bias:
-            return F.linear(x, self.weight), self.bias
-        return F.linear(x, self.weight, self.bias), None
+        bias = None if self.te_return_bias else self.bias
+        fp8 = self._fl_fp8
+        if fp8 is not None and fp8.takes(x, self.weight):
+            out = fp8.linear(self, x, self.weight, bias=bias)
+        else:
+            out = F.linear(x, self.weight, bias)
+        return (out, self.bias) if self.te_return_bias else (out, None)
 
     def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None) -> Any:
         metadata = ensure_metadata_has_dp_cp_group(metadata)
@@ -646,10 +701,15 @@ class _GroupedLinear(_ExtraState, torch.nn.Module):
             if split:
                 param.partition_dim = 1 if self.parallel_mode == "row" else 0  # type: ignore[attr-defined]
                 param.partition_stride = 1  # type: ignore[attr-defined]
+        _attach_fp8(self, config, num_gemms)
 
     def forward(self, x: torch.Tensor, m_splits: list[int]) -> tuple[torch.Tensor, torch.Tensor | list | None]:
         weights = [getattr(self, f"weight{i}") for i in range(self.num_gemms)]
-        out = grouped_matmul(x, weights, list(m_splits))
+        fp8 = self._fl_fp8
+        if fp8 is not None and fp8.takes_grouped(x, weights[0], list(m_splits)):
+            out = fp8.grouped(self, x, weights, list(m_splits))
+        else:
+            out = grouped_matmul(x, weights, list(m_splits))
         biases = [getattr(self, f"bias{i}") for i in range(self.num_gemms)] if self.use_bias else None
         if biases is not None and self.te_return_bias:
             return out, biases  # TEGroupedMLP applies them, weighted by the routing probabilities

@@ -144,7 +144,8 @@ TE_NAMES_LEFT: dict[str, str] = {
     "extensions.transformer_engine": "TE's wrappers themselves (upstream's MagicMock stand-ins without TE); loads "
     "while tensor_parallel initialises, before a class can be built on ColumnParallelLinear",
     "models.backends": "upstream's MagicMock subclasses bound unconditionally; no class of another signature is put there",
-    "fp8_utils": "isinstance checks on fp8 paths; fp8 is refused by name without TE (TEFeatureError)",
+    "fp8_utils": "isinstance checks on TE's fp8 paths (under HAVE_TE); fp8 without TE: the CPU pack refuses it by "
+    "name (TEFeatureError), the FlagGems pack serves get_fp8_context/get_fp8_recipe (flaggems/fp8.py)",
     "tensor_parallel.inference_layers": "subclasses TE's classes while its body runs: a name replaced after that "
     "changes nothing (inference only)",
     "transformer.heterogeneous.linear_replacements": "subclasses TELayerNormColumnParallelLinear while its body runs "

@@ -104,6 +104,27 @@ TE_PATCHES: tuple[tuple[str, str], ...] = (
     ("fl_patch.impls.cpu.moe_fusions.unpermute_rows", f"{_PACK}.moe.unpermute_rows"),
     ("fl_patch.impls.cpu.moe_fusions.sort_chunks", f"{_PACK}.moe.sort_chunks"),
 )
+# fp8 training without TE (fp8.py): megatron's fp8 context and recipe (TE's fp8_autocast and recipe classes),
+# the TE-compatible linears' fp8 GEMMs, and the MoE experts' fp8 token padding (TE's Fp8Padding). Only where TE is
+# absent: with TE, megatron's own TE path runs.
+FP8_PATCHES: tuple[tuple[str, str], ...] = (
+    ("megatron.core.fp8_utils.get_fp8_context", f"{_PACK}.fp8.get_fp8_context"),
+    ("megatron.core.fp8_utils.get_fp8_recipe", f"{_PACK}.fp8.get_fp8_recipe"),
+    ("fl_patch.impls.cpu.te_modules.fp8_layer", f"{_PACK}.fp8.fp8_layer"),
+    # experts.py asserts HAVE_TE under fp8 and pads with TE's Fp8Padding; its HAVE_TE guards nothing else that runs
+    # without TE (the op-fuser check imports TE and returns False): tests/test_flaggems_fp8.py re-reads the source
+    ("megatron.core.transformer.moe.experts.HAVE_TE", f"{_PACK}.fp8.HAVE_TE"),
+    # TransformerConfig refuses MoE fp8 below TE 1.7 / grouped fp8 below TE 1.11 (0.0.0 without TE): those two gates
+    ("megatron.core.transformer.transformer_config.is_te_min_version", f"{_PACK}.fp8.config_te_min_version"),
+)
+FP8_CREATED: tuple[tuple[str, str], ...] = (
+    ("megatron.core.transformer.moe.experts.Fp8Padding", f"{_PACK}.fp8.Fp8Padding"),
+    ("megatron.core.transformer.moe.experts.Fp8Unpadding", f"{_PACK}.fp8.Fp8Unpadding"),
+    # activation recompute under fp8 goes through TE's checkpoint: raises without TE (extensions), None where bound
+    ("megatron.core.extensions.transformer_engine.te_checkpoint", f"{_PACK}.fp8.te_checkpoint"),
+    ("megatron.core.recompute.te_checkpoint", f"{_PACK}.fp8.te_checkpoint"),
+    ("megatron.core.transformer.moe.moe_layer.te_checkpoint", f"{_PACK}.fp8.te_checkpoint"),
+)
 TE_SPEC = not te_installed()
 
 for _target, _impl in PATCHES:
@@ -112,5 +133,9 @@ if TE_SPEC:
     register_te_spec(vendor=FLAGGEMS)
     for _target, _impl in TE_PATCHES:
         register(target=_target, impl=_impl, vendor=FLAGGEMS)
+    for _target, _impl in FP8_PATCHES:
+        register(target=_target, impl=_impl, vendor=FLAGGEMS)
+    for _target, _impl in FP8_CREATED:  # None without TE: replaced on purpose
+        register(target=_target, impl=_impl, vendor=FLAGGEMS, create=True)
 for _target, _impl in CREATED:
     register(target=_target, impl=_impl, vendor=FLAGGEMS, create=True)

@@ -26,6 +26,7 @@ import inspect
 import json
 import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -40,8 +41,10 @@ if TYPE_CHECKING:
 __all__ = [
     "LEAN_STATS",
     "SETTINGS",
+    "TUNE_BUDGET",
     "TUNE_STORE",
     "LaunchSettings",
+    "TuneBudget",
     "TuneStore",
     "cdiv",
     "graph_timed",
@@ -84,6 +87,14 @@ def multiprocessors(device: torch.device) -> int:
     return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
+DEFAULT_TUNE_BUDGET_S = 5.0
+"""Why 5 s: without stored picks (no seeds for this card and triton, an empty store), tuning every kernel a model
+meets took 20.6 s of its first step on an H200 (docs/gpu_pack.md, "Cold start"); compiling one config costs about
+0.2-0.35 s there, so 5 s tunes the kernels with few configs and leaves the rest on their fixed config, and the
+first step stays near the 10 s the cold-start goal allows. Picks tuned later (a run with a larger budget, or
+``FL_GEMS_TUNE_UNSEEN=1``) persist in the store for every later process."""
+
+
 @dataclass(frozen=True)
 class LaunchSettings:
     """The launch knobs, read from the environment when the kernels load (``reload_settings()`` reads again).
@@ -95,14 +106,20 @@ class LaunchSettings:
     autotune: bool  # FL_GEMS_AUTOTUNE=0: one fixed config per kernel (tests: far fewer compiles)
     lean: bool  # FL_GEMS_LEAN_LAUNCH=0: every launch through triton's own path
     tune_unseen: bool = False  # FL_GEMS_TUNE_UNSEEN=1: tune a shape no pick is stored for, instead of borrowing
+    # FL_GEMS_TUNE_BUDGET_S: seconds this process may spend autotuning (default 5; unbounded with
+    # FL_GEMS_TUNE_UNSEEN=1 unless set; "inf" for none): a kernel whose tuning would not fit runs its fixed config
+    tune_budget_s: float = 5.0
 
     @classmethod
     def from_env(cls) -> LaunchSettings:
         interpret = interpreting()
+        tune_unseen = os.environ.get("FL_GEMS_TUNE_UNSEEN", "0") == "1"
+        budget = os.environ.get("FL_GEMS_TUNE_BUDGET_S", "inf" if tune_unseen else str(DEFAULT_TUNE_BUDGET_S))
         return cls(
             autotune=os.environ.get("FL_GEMS_AUTOTUNE", "1") != "0" and not interpret,
             lean=os.environ.get("FL_GEMS_LEAN_LAUNCH", "1") != "0" and not interpret,
-            tune_unseen=os.environ.get("FL_GEMS_TUNE_UNSEEN", "0") == "1",
+            tune_unseen=tune_unseen,
+            tune_budget_s=float(budget),
         )
 
 
@@ -261,10 +278,14 @@ def launch(
         TUNE_STORE.load(tuned)
         if not settings.tune_unseen:
             TUNE_STORE.borrow_nearest(tuned, args, kwargs)
+        tune = TUNE_BUDGET.allows(tuned, args, kwargs, settings.tune_budget_s)
+    if tune:
         known = len(tuned.cache)
+        start = time.perf_counter()
         compiled = tuned[grid](*args, **kwargs)
         config = tuned.best_config
         if len(tuned.cache) != known:
+            TUNE_BUDGET.charge(tuned, time.perf_counter() - start)
             TUNE_STORE.save(tuned)
         meta = {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
     else:
@@ -274,6 +295,48 @@ def launch(
         constexprs = {k: v for k, v in {**kwargs, **meta}.items() if k not in _OPTIONS}
         _remember(site, compiled, kernel, len(args), constexprs, meta)
     return meta
+
+
+# ------------------------------------------------------------------------- the tuning budget
+class TuneBudget:
+    """How long this process has spent autotuning, and whether one more kernel's tuning fits the budget.
+
+    Why: a shape with no stored pick and none to borrow (a card of another SM family, another triton, an empty store)
+    is tuned on the first step, every config of every kernel compiled and timed: 20.6 s on an H200 for the 1.31B
+    stand-in, 21.1 s reported on an H100 that had no seeds. A tuning is estimated before it starts (its configs times
+    the seconds a config has cost so far in this process, 0.3 s until measured); one that does not fit what is left
+    of ``FL_GEMS_TUNE_BUDGET_S`` runs the kernel's fixed config (the config ``FL_GEMS_AUTOTUNE=0`` runs), said once
+    per kernel. Deterministic mode never tunes; this only bounds the default mode.
+    """
+
+    def __init__(self) -> None:
+        self.spent = 0.0
+        self.per_config = 0.3
+        self._tuned_configs = 0
+
+    def allows(self, tuned: Any, args: tuple, kwargs: dict, budget: float) -> bool:
+        key = autotune_key(tuned, args, kwargs)
+        if key is None or key in tuned.cache or math.isinf(budget):
+            return True  # a stored or borrowed pick (nothing to tune), or no budget
+        estimate = len(getattr(tuned, "configs", ())) * self.per_config
+        if self.spent + estimate <= budget:
+            return True
+        from .._runtime import note_once
+
+        note_once(
+            "autotune",
+            f"{_jit(tuned).__name__}: tuning ({estimate:.1f} s estimated) does not fit what is left of the autotuning "
+            f"budget ({budget:g} s, {self.spent:.1f} s spent; FL_GEMS_TUNE_BUDGET_S): its fixed config runs",
+        )
+        return False
+
+    def charge(self, tuned: Any, seconds: float) -> None:
+        self.spent += seconds
+        self._tuned_configs += max(1, len(getattr(tuned, "configs", ())))
+        self.per_config = max(self.spent / self._tuned_configs, 0.01)
+
+
+TUNE_BUDGET = TuneBudget()
 
 
 # ------------------------------------------------------------------------- autotune results on disk
@@ -291,9 +354,10 @@ class TuneStore:
 
     Seeds: the pack ships picks measured on the devices of docs/gpu_pack.md, in files of
     the same name under ``src/fl_patch/impls/flaggems/tuned/``; they are read after the user's
-    file (whose picks win) and never written. They only apply on that device name, triton
-    version, kernel source and config list, so a fresh machine of that kind compiles one
-    config per kernel instead of tuning. ``FL_GEMS_AUTOTUNE_SEED=0``: no seeds.
+    file (whose picks win) and never written. They apply on that device name, or on another card
+    of its SM family (same compute capability and triton version: :meth:`seed_paths`), for that
+    kernel source and config list, so a fresh Hopper card compiles one config per kernel instead
+    of tuning. ``FL_GEMS_AUTOTUNE_SEED=0``: no seeds.
     """
 
     SEED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuned")
@@ -328,6 +392,28 @@ class TuneStore:
     def seed_path(self) -> str:
         return os.path.join(self._seed_dir, self.file_name())
 
+    def seed_paths(self) -> list[str]:
+        """The seed files this device reads: its own (device name), then those of other cards of its SM family (the
+        same compute capability and triton version: an H100 reads the H200's picks), in name order.
+
+        Why the family: the picks are tile shapes and warp counts for one SM architecture; Hopper cards differ in
+        memory bandwidth and clocks, not in what a config compiles to, so another sm90 card's pick is a measured
+        pick for this one's shape, where tuning from nothing cost an H100 21.1 s of its first step."""
+        exact = self.seed_path()
+        paths = [exact] if os.path.isfile(exact) else []
+        _, sep, family = self.file_name().rpartition("-sm")
+        if not sep:
+            return paths
+        try:
+            names = sorted(os.listdir(self._seed_dir))
+        except OSError:
+            return paths
+        for name in names:
+            path = os.path.join(self._seed_dir, name)
+            if name.startswith("autotune-") and name.endswith(sep + family) and path != exact:
+                paths.append(path)
+        return paths
+
     @staticmethod
     def kernel_id(tuned: Any) -> str:
         jit = _jit(tuned)
@@ -354,7 +440,8 @@ class TuneStore:
         kernel = self.kernel_id(tuned)
         entries = list(self._read().get(kernel, []))
         if os.environ.get("FL_GEMS_AUTOTUNE_SEED", "1") != "0":
-            entries += self._read(self.seed_path()).get(kernel, [])
+            for seed in self.seed_paths():
+                entries += self._read(seed).get(kernel, [])
         by_dict = {json.dumps(self._config_dict(c), sort_keys=True): c for c in tuned.configs}
         count = 0
         for key, config in entries:

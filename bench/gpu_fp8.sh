@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Issue 48 on one Hopper GPU (H100 or H200: the log's first lines name it): fp8 training without Transformer Engine
+# on the FlagGems pack. Each stage has its own time limit, so one failure or hang leaves the others' results.
+# FP8_STAGES picks stages (default: all, in this order):
+#   tests      GPU tests of the fp8 ops (tests/test_flaggems_fp8.py -k on_the_gpu): every recipe against bf16, the casts
+#              against torch's, the block-scaled GEMM's check
+#   tests_te   the TE-spec GPU tests the fp8 change touches (tests/test_flaggems_gpu.py: TE spec, MoE, MLA, autotune store)
+#   ops        bench/gpu_fp8_ops.py: GEMM TFLOP/s bf16 vs fp8, the cast kernels' bandwidth, one linear fwd+bwd bf16 vs fp8
+#   e2e131     the 1.31B Llama-style model (25 layers, hidden 2048, GQA 16/8, SwiGLU 5632, seq 4096), 8 x 4 sequences a
+#              step, megatron's full-iteration CUDA graph, gradient accumulation fusion, fused QKV RoPE, TE spec: bf16 and
+#              fp8 tensorwise (the same model, batch and machine); e2e131_more: fp8 blockwise and delayed
+#   e2e281     the 2.81B (26 layers, hidden 3072, GQA 24/8, SwiGLU 8192, seq 4096), 2 x 4 sequences: bf16, fp8 tensorwise
+#   cold       a shape no seed was measured for (hidden 2560, SwiGLU 6848, seq 2048, 4 layers), empty caches: the shipped
+#              seeds (read by SM family), and no seeds at all (FL_GEMS_AUTOTUNE_SEED=0: the tuning budget bounds it)
+#   tests_curves  the fp8 loss-curve and CUDA-graph GPU tests (small GPT, 150 / 60 steps)
+#   curves131, curves281  loss curves on fresh Markov data (1.31B and 2.81B at seq 1024, 4 sequences a step), bf16,
+#              fp8 tensorwise and fp32 (FP8_CURVE_STEPS, FP8_FP32_STEPS: fp32 is 10x slower, so fewer steps)
+#   example    examples/train_gpt_gpu.py (the user's recipe: graph, capture stream, graph-safe RNG, fp8), 4 layers, 8 steps
+#   pretrain   Megatron-LM's own pretrain_gpt.py (core_v0.19.0 in $MEGATRON_LM), TE spec, no TE, --fp8-format hybrid
+#              --fp8-recipe tensorwise, and --fp8-recipe mxfp8 (refused by name at build)
+# FP8_BUDGET_S (default 0: none) skips a stage that would not fit in what is left. Results in $OUT (8 files at most):
+# fp8_tests.txt, ops.json, e2e.json (every gems_gpt run merged), curves.json, pretrain.txt, and the caller's log.
+# Run as (wheels in .whl, see shared/device/README.md; docs/gpu_pack.md, "fp8 training", has the exact commands):
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+#     && export PYTHONPATH=/tmp/site:$PWD/src:$PWD:$PYTHONPATH || exit
+#   set -o pipefail; OUT=$OUT bash bench/gpu_fp8.sh 2>&1 | tee $OUT/log.txt
+set -u
+OUT=${OUT:-/tmp/fp8_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export PYTHONWARNINGS="ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning"
+STAGES=${FP8_STAGES:-tests e2e131 e2e281 ops curves131 cold e2e131_more pretrain example tests_curves curves281 tests_te}
+BUDGET=${FP8_BUDGET_S:-0}
+START=$SECONDS
+RUNS=/tmp/fp8_runs
+CURVES=/tmp/fp8_curves
+mkdir -p "$RUNS" "$CURVES"
+stage() {
+  local name=$1
+  shift
+  echo "=== $name start $(date +%T) ($((SECONDS - START)) s in)"
+  "$@"
+  echo "=== $name rc=$? end $(date +%T)"
+}
+fits() {  # fits SECONDS NAME: whether a stage needing that long still fits the budget
+  [ "$BUDGET" -le 0 ] || [ $((BUDGET - (SECONDS - START))) -ge "$1" ] || {
+    echo "=== skipping $2: $((BUDGET - (SECONDS - START))) s left of FP8_BUDGET_S=$BUDGET"
+    return 1
+  }
+}
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem,power.limit --format=csv
+python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())"
+WORKERS=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${FP8_TEST_WORKERS:-6}" || echo "")
+gpt=(python3 tests/support/flaggems/gems_gpt.py --mode throughput)
+pack=(MG_FL_PREFER=flaggems TRITON_CACHE_DIR=/tmp/fp8_warm/triton FL_GEMS_CACHE_DIR=/tmp/fp8_warm/gems)
+run() {  # run NAME SECONDS GEMS_GPT_FLAGS...: one gems_gpt run into $RUNS/NAME.json, its log tail into the log
+  local name=$1 limit=$2
+  shift 2
+  env "${pack[@]}" timeout "$limit" "${gpt[@]}" "$@" --out "$RUNS/$name.json" > "/tmp/$name.log" 2>&1
+  local rc=$?
+  echo "--- $name rc=$rc"
+  grep -v "Warning\|warn\|DEPRECATED" "/tmp/$name.log" | tail -4 | cut -c1-400
+}
+# 32 sequences a step: 8 x 4 where the card holds it (an H200: the 55% MFU runs), else 4 x 8 (an H100's 80 GB)
+GB=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).total_memory >> 30)")
+if [ "$GB" -ge 100 ]; then split=(--mbs 8 --microbatches 4); else split=(--mbs 4 --microbatches 8); fi
+l131=(--preset llama131 --spec te "${split[@]}" --steps 10 --cuda-graph --grad-accum-fusion --fused-qkv-rope --manual-gc)
+m281=(--preset llama131 --layers 26 --hidden 3072 --heads 24 --groups 8 --ffn 8192)
+b3=("${m281[@]}" --spec te --mbs 2 --microbatches 4 --steps 12 --cuda-graph --grad-accum-fusion --fused-qkv-rope --manual-gc)
+for s in $STAGES; do
+  case $s in
+    tests)
+      fits 150 tests || continue
+      stage tests timeout 150 python3 -m pytest -o addopts="" -p no:cacheprovider -q $WORKERS tests/test_flaggems_fp8.py \
+        -m gpu -k on_the_gpu 2>&1 | tail -25 | tee -a "$OUT/fp8_tests.txt" ;;
+    tests_te)
+      fits 200 tests_te || continue
+      stage tests_te timeout 300 python3 -m pytest -o addopts="" -p no:cacheprovider -q $WORKERS tests/test_flaggems_gpu.py \
+        -k "te_spec or moe_te or grouped_gemm or mla_with or autotune_picks or cuda_graph" 2>&1 | tail -25 | tee -a "$OUT/fp8_tests.txt" ;;
+    ops)
+      fits 150 ops || continue
+      stage ops timeout 200 python3 bench/gpu_fp8_ops.py --out "$OUT/ops.json" --repeat 15 ;;
+    e2e131)  # the same settings, bf16 and fp8 tensorwise, one after the other on one machine
+      fits 130 e2e131 || continue
+      stage e2e131 bash -c "$(declare -f run); $(declare -p gpt pack l131 RUNS); \
+        run l131_bf16 150 \"\${l131[@]}\"; run l131_fp8_tensorwise 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe tensorwise"
+      if [ ! -f "$RUNS/l131_bf16.json" ]; then  # the graph failed: the same pair eager, so a comparison comes back
+        l131=("${l131[@]/--cuda-graph/}")
+        fits 100 e2e131_eager && stage e2e131_eager bash -c "$(declare -f run); $(declare -p gpt pack l131 RUNS); \
+          run l131_eager_bf16 150 \"\${l131[@]}\"; run l131_eager_fp8 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe tensorwise"
+      fi ;;
+    e2e131_more)  # the other two recipes at the same settings
+      fits 130 e2e131_more || continue
+      stage e2e131_more bash -c "$(declare -f run); $(declare -p gpt pack l131 RUNS); \
+        run l131_fp8_blockwise 150 \"\${l131[@]}\" --fp8 e4m3 --fp8-recipe blockwise; \
+        run l131_fp8_delayed 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe delayed --fp8-amax-history-len 16 --fp8-amax-compute-algo max" ;;
+    e2e281)
+      fits 150 e2e281 || continue
+      stage e2e281 bash -c "$(declare -f run); $(declare -p gpt pack b3 RUNS); \
+        run b3_bf16 150 \"\${b3[@]}\"; run b3_fp8_tensorwise 150 \"\${b3[@]}\" --fp8 hybrid --fp8-recipe tensorwise" ;;
+    cold)  # empty triton and pack caches each run
+      fits 120 cold || continue
+      for way in noseeds seeds; do
+        rm -rf /tmp/fp8_cold
+        extra=(); [ $way = noseeds ] && extra=(FL_GEMS_AUTOTUNE_SEED=0)
+        stage "cold_$way" env MG_FL_PREFER=flaggems TRITON_CACHE_DIR=/tmp/fp8_cold/t FL_GEMS_CACHE_DIR=/tmp/fp8_cold/g \
+          "${extra[@]}" timeout 120 "${gpt[@]}" --layers 4 --hidden 2560 --ffn 6848 --seq 2048 --heads 20 --groups 4 \
+          --mbs 1 --steps 3 --out "$RUNS/cold_${way}_2560_6848_2048.json" > "/tmp/cold_$way.log" 2>&1
+        grep -v "Warning\|warn\|DEPRECATED" "/tmp/cold_$way.log" | grep -i "autotun\|budget\|first_step" | tail -5 | cut -c1-600
+      done ;;
+    tests_curves)
+      fits 240 tests_curves || continue
+      stage tests_curves timeout 420 python3 -m pytest -o addopts="" -p no:cacheprovider -q $WORKERS \
+        tests/test_flaggems_fp8.py -m gpu -k "loss_curve or cuda_graph" 2>&1 | tail -25 | tee -a "$OUT/fp8_tests.txt" ;;
+    curves131|curves281)
+      if [ $s = curves131 ]; then model=(--preset llama131); name=l131; else model=("${m281[@]}"); name=b3; fi
+      steps=${FP8_CURVE_STEPS:-150}; fp32_steps=${FP8_FP32_STEPS:-60}
+      fits ${FP8_CURVE_NEEDS:-200} "$s" || continue
+      curve=(--spec te --seq 1024 --mbs 4 --fresh-data --manual-gc)
+      stage "$s" bash -c "$(declare -f run); $(declare -p gpt pack RUNS model curve steps fp32_steps name); RUNS=$CURVES; \
+        run \${name}_curve_bf16 200 \"\${model[@]}\" \"\${curve[@]}\" --steps \$steps; \
+        run \${name}_curve_fp8 200 \"\${model[@]}\" \"\${curve[@]}\" --steps \$steps --fp8 hybrid --fp8-recipe tensorwise; \
+        run \${name}_curve_fp32 240 \"\${model[@]}\" \"\${curve[@]}\" --steps \$fp32_steps --fp32" ;;
+    pretrain)  # upstream's pretrain_gpt.py (MEGATRON_LM: a core_v0.19.0 checkout's pretrain_gpt.py, gpt_builders.py,
+      # model_provider.py), under python -m fl_patch, one GPU, TE spec (its default), no TE installed
+      fits 100 pretrain || continue
+      mkdir -p /tmp/fp8_pretrain && cp "$MEGATRON_LM"/{pretrain_gpt.py,gpt_builders.py,model_provider.py} /tmp/fp8_pretrain/
+      base=(--mock-data --tokenizer-type NullTokenizer --vocab-size 32000 --num-layers 4 --hidden-size 1024
+        --num-attention-heads 8 --group-query-attention --num-query-groups 4 --ffn-hidden-size 2816 --seq-length 2048
+        --max-position-embeddings 2048 --micro-batch-size 4 --global-batch-size 16 --train-iters 30 --lr 3e-4
+        --lr-warmup-iters 5 --log-interval 5 --eval-interval 30 --eval-iters 2 --num-workers 0 --bf16
+        --position-embedding-type rope --normalization RMSNorm --swiglu --disable-bias-linear --untie-embeddings-and-output-weights)
+      for recipe in tensorwise mxfp8; do
+        stage "pretrain_$recipe" bash -c "cd /tmp/fp8_pretrain && MG_FL_PREFER=flaggems timeout 150 python3 -m fl_patch \
+          -m torch.distributed.run --standalone --nproc-per-node 1 pretrain_gpt.py ${base[*]} --fp8-format hybrid \
+          --fp8-recipe $recipe" > "/tmp/pretrain_$recipe.log" 2>&1
+        { echo "=== $recipe"; grep -v "Warning\|warn\|DEPRECATED" "/tmp/pretrain_$recipe.log" \
+          | grep -i "lm loss\|fp8\|TEFeatureError\|error\|Traceback" | grep -v "^  fp8\|^  .*fp8.*\.\.\." | tail -16 | cut -c1-500; } \
+          | tee -a "$OUT/pretrain.txt"
+      done ;;
+    example)
+      fits 60 example || continue
+      stage example env MG_FL_PREFER=flaggems timeout 120 python3 -m fl_patch examples/train_gpt_gpu.py --layers 4 \
+        --mbs 2 --microbatches 2 --steps 8 --fp8 hybrid 2>&1 | grep "^step\|Error\|fp8" | tail -12 | tee -a "$OUT/pretrain.txt" ;;
+  esac
+done
+[ -n "$(ls $RUNS 2>/dev/null)" ] && python3 bench/support/merge_gems_runs.py "$RUNS" "$OUT/e2e.json" --loss-every 4
+[ -n "$(ls $CURVES 2>/dev/null)" ] && python3 bench/support/merge_gems_runs.py "$CURVES" "$OUT/curves.json" --loss-every 10
+echo "=== done in $((SECONDS - START)) s"

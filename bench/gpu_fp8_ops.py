@@ -1,0 +1,213 @@
+"""The fp8 pieces on one GPU, at the 1.31B and 2.81B Llama-style models' shapes: what an fp8 linear costs against bf16.
+
+``python3 bench/gpu_fp8_ops.py --out fp8_ops.json`` (on the GPU machine). For the four linears of a layer (qkv,
+proj, fc1, fc2) at 32,768 tokens (8 sequences of 4096, one micro-batch of the MFU runs):
+
+- ``gemm``: one GEMM's TFLOP/s, bf16 (cuBLAS through torch) against fp8 per-tensor scaled (``torch._scaled_mm``,
+  fast accumulation as the forward uses it, and split accumulation as dgrad/wgrad use it) and block scaled (1x128 by
+  128x128), on the forward's shape;
+- ``cast``: the pack's cast kernels (per-tensor: amax, then one pass writing the fp8 copy and its transpose; delayed:
+  one pass; 1x128 with the transposed 128x1 copy: one pass) in TB/s of the bytes they must move (read bf16, write two
+  fp8 copies), against torch's cast and transpose;
+- ``linear``: a whole linear, forward and backward (fp32 ``main_grad`` accumulation, as megatron's
+  ``gradient_accumulation_fusion``), the pack's fp8 path per recipe against bf16 (``F.linear`` forward, dgrad and a
+  wgrad ``addmm`` into ``main_grad``): the speed-up a layer's GEMMs can give, casts included.
+
+Medians of CUDA-event timings (``--repeat``). ``--dry-run`` runs every path once on a CPU at small shapes
+(``TRITON_INTERPRET=1``, triton from ``.cache/triton-cpu`` on ``PYTHONPATH``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+from fl_patch.impls.flaggems import fp8
+from fl_patch.impls.flaggems import fp8_quant as fq
+
+MODELS = {
+    # name: (hidden, qkv out, ffn)
+    "1.31B": (2048, (16 + 2 * 8) * 128, 5632),
+    "2.81B": (3072, (24 + 2 * 8) * 128, 8192),
+}
+
+
+def layer_shapes(hidden: int, qkv: int, ffn: int) -> dict[str, tuple[int, int]]:
+    """(in, out) features of a layer's four linears."""
+    return {"qkv": (hidden, qkv), "proj": (hidden, hidden), "fc1": (hidden, 2 * ffn), "fc2": (ffn, hidden)}
+
+
+def timed(fn: Callable[[], object], repeat: int, dry: bool) -> float:
+    """Median milliseconds of ``fn`` (after two warm-up calls)."""
+    if dry:
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(repeat):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+class _Module:
+    is_first_microbatch: bool | None = None
+
+
+def _inputs(row: dict, dev: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    m, k, n = row["m"], row["k"], row["n"]
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02
+    dy = torch.randn(m, n, device=dev, dtype=torch.bfloat16) * 1e-3
+    return x, w, dy
+
+
+def bench_gemm(row: dict, dev: str, repeat: int, dry: bool, blockwise: str | None) -> list[dict]:
+    """One forward GEMM: bf16, fp8 per-tensor (fast and split accumulation), fp8 block-scaled."""
+    x, w, _ = _inputs(row, dev)
+    flops = 2 * row["m"] * row["k"] * row["n"]
+    xq, _ = fq.quantize_tensorwise(x, fq.E4M3)
+    wq, _ = fq.quantize_tensorwise(w, fq.E4M3)
+    assert xq is not None and wq is not None
+    entry = dict(row)
+    entry["bf16_tflops"] = flops / timed(lambda: x @ w.t(), repeat, dry) / 1e9
+    fast = timed(lambda: fq.scaled_mm(xq, wq.t(), torch.bfloat16, fast_accum=True), repeat, dry)
+    entry["fp8_fast_tflops"] = flops / fast / 1e9
+    entry["fp8_split_tflops"] = flops / timed(lambda: fq.scaled_mm(xq, wq.t(), torch.bfloat16), repeat, dry) / 1e9
+    if blockwise is None:
+        xb, _ = fq.quantize_1x128(x, fq.E4M3, transposed=False)
+        wb, _ = fq.quantize_128x128(w, fq.E4M3)
+        entry["fp8_block_tflops"] = flops / timed(lambda: fq.scaled_mm(xb, wb.t(), torch.bfloat16), repeat, dry) / 1e9
+    return [entry]
+
+
+def _torch_cast(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    q = (t.float() * (448.0 / t.abs().amax().float())).clamp(-448, 448).to(fq.E4M3)
+    return q, q.t().contiguous()
+
+
+def bench_cast(row: dict, dev: str, repeat: int, dry: bool, blockwise: str | None) -> list[dict]:
+    """The casts of a linear's input (x) and output gradient (dy): bytes moved over time."""
+    x, _, dy = _inputs(row, dev)
+    out = []
+    for what, t in (("input", x), ("grad", dy)):
+        moved = t.numel() * (2 + 1 + 1)  # read bf16, write the fp8 copy and its transpose
+        entry = {**row, "tensor": what, "elements": t.numel()}
+        scale, slot = torch.ones(1, device=dev), torch.zeros(1, device=dev)
+        casts: dict[str, Callable[[], object]] = {
+            "tensorwise": lambda t=t: fq.quantize_tensorwise(t, fq.E4M3, transposed=True),
+            "delayed": lambda t=t, s=scale, a=slot: fq.quantize_delayed(t, fq.E4M3, s, a, transposed=True),
+            "1x128": lambda t=t: fq.quantize_1x128(t, fq.E4M3, transposed=True),
+            "torch": partial(_torch_cast, t),
+        }
+        for kind, fn in casts.items():
+            ms = timed(fn, repeat, dry)
+            entry[f"{kind}_ms"] = ms
+            entry[f"{kind}_tbs"] = moved / ms / 1e9
+        out.append(entry)
+    return out
+
+
+def bench_linear(row: dict, dev: str, repeat: int, dry: bool, blockwise: str | None) -> list[dict]:
+    """A whole linear, forward and backward, the weight gradient accumulated into an fp32 main_grad."""
+    x, w, dy = _inputs(row, dev)
+    entry = dict(row)
+    xx = x.detach().requires_grad_(True)
+    ww = w.detach().requires_grad_(True)
+    main_grad = torch.zeros(row["n"], row["k"], device=dev, dtype=torch.float32)
+    ww.main_grad = main_grad  # type: ignore[attr-defined]
+
+    def bf16_linear() -> None:
+        # megatron's bf16 linear with gradient accumulation fusion: forward, dgrad, and the wgrad added into the
+        # fp32 main_grad by the GEMM (fl_patch's wgrad_accumulation.py on CUDA)
+        F.linear(x, w)
+        _ = dy @ w
+        if dry:
+            main_grad.add_(dy.t().float() @ x.float())
+        else:
+            torch.addmm(main_grad, dy.t(), x, out_dtype=torch.float32, out=main_grad)
+
+    entry["bf16_ms"] = timed(bf16_linear, repeat, dry)
+    kinds = [("tensorwise", "hybrid"), ("delayed", "hybrid")]
+    if blockwise is None:
+        kinds.append(("blockwise", "e4m3"))
+    for kind, fmt in kinds:
+        layer = fp8.LinearFp8(fp8.Recipe(format=fmt, kind=kind))
+        module = _Module()
+
+        def fp8_linear(first: bool, layer: fp8.LinearFp8 = layer, module: _Module = module) -> None:
+            # first: a new fp8 weight copy (a step's first micro-batch); else the copy reused (the others)
+            module.is_first_microbatch = first
+            with fp8.Autocast(layer.recipe):
+                y = layer.linear(module, xx, ww, gradient_accumulation_fusion=True)
+            y.backward(dy)
+
+        entry[f"{kind}_ms"] = timed(lambda f=fp8_linear: f(True), repeat, dry)
+        entry[f"{kind}_reused_ms"] = timed(lambda f=fp8_linear: f(False), repeat, dry)
+        entry[f"{kind}_speedup"] = entry["bf16_ms"] / entry[f"{kind}_reused_ms"]
+    return [entry]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--tokens", type=int, default=32768)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args()
+    dry = args.dry_run
+    dev = "cpu" if dry else "cuda"
+    tokens = 256 if dry else args.tokens
+    models = {"dry": (256, 384, 256)} if dry else MODELS
+    results: dict[str, object] = {
+        "device": "cpu (dry run)" if dry else torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "tokens": tokens,
+        "gemm": [],
+        "cast": [],
+        "linear": [],
+        "errors": [],
+    }
+    blockwise = fq.blockwise_reason(torch.device(dev))
+    results["blockwise_reason"] = blockwise
+    torch.manual_seed(0)
+    for model, (hidden, qkv, ffn) in models.items():
+        for name, (k, n) in layer_shapes(hidden, qkv, ffn).items():
+            row = {"model": model, "linear": name, "m": tokens, "k": k, "n": n}
+            for section, fn in (("gemm", bench_gemm), ("cast", bench_cast), ("linear", bench_linear)):
+                try:
+                    results[section].extend(fn(row, dev, args.repeat, dry, blockwise))  # type: ignore[union-attr]
+                except Exception as exc:  # noqa: BLE001  (one shape's failure is recorded, the rest still run)
+                    results["errors"].append(f"{section} {model} {name}: {exc!r} {traceback.format_exc()[-600:]}")  # type: ignore[union-attr]
+            if not dry:
+                torch.cuda.empty_cache()
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    for section in ("gemm", "cast", "linear"):
+        for entry in results[section]:  # type: ignore[attr-defined]
+            print(section, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in entry.items()}))
+    for error in results["errors"]:  # type: ignore[attr-defined]
+        print("ERROR", error)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
