@@ -146,6 +146,12 @@ def _configure(settings: Settings) -> None:
         _exit_report.enable()
     else:
         engine.call_counter = None
+    if settings.compare_calls or settings.compare_steps:
+        from fl_patch.compare import mode as _compare_mode  # only in compare mode: a normal run pays nothing
+
+        _compare_mode.enable(settings)
+    else:
+        engine.compare = None
 
 
 def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
@@ -280,6 +286,7 @@ def _reset_for_tests() -> None:
     uninstall()
     RUNTIME.engine.reset()
     RUNTIME.engine.call_counter = None
+    RUNTIME.engine.compare = None
     RUNTIME.sources_loaded = False
     # A registry module registers when its body runs: forget the packs' (and the
     # sub-registries they import) so the next install() runs them again; user registry

@@ -13,7 +13,7 @@ so a vendor impl that cannot load gives way to the next vendor's (the CPU pack's
 say), said once. In strict mode the first failure is an error.
 
 What the target needs from the engine (the vendor list, the problem sink, the call
-counter of report mode, the lock) comes in as a ``PatchContext``.
+counter of report mode, compare mode's hook, the lock) comes in as a ``PatchContext``.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ class PatchContext(Protocol):
 
     lock: threading.RLock
     call_counter: Callable[[str, object], object] | None
+    # compare mode's hook (fl_patch.compare.wrapper.wrap_for_compare): (target, replacement, original, kind)
+    compare: Callable[[str, object, object, str], object] | None
 
     def vendors(self, among: Collection[str] | None = None) -> tuple[str, ...]: ...
 
@@ -161,6 +163,8 @@ class Target(TargetRecords):
                     raise  # Ctrl-C, or the program's signal handler: not the plugin's fault, not ours to eat
                 self._fail(registration, Status.IMPL_FAILED, f"{type(exc).__name__}: {exc}", ctx)
                 continue
+            if ctx.compare is not None and resolved.exists:
+                replacement = ctx.compare(self.name, replacement, resolved.raw, resolved.kind.value)
             if ctx.call_counter is not None and resolved.kind in (Kind.FUNCTION, Kind.METHOD):
                 replacement = ctx.call_counter(self.name, replacement)
             with ctx.lock:

@@ -67,6 +67,7 @@ class Engine(CatchUp, Retries, PendingWork):
         self.installed = False
         self.lock = threading.RLock()
         self.call_counter: Callable[[str, object], object] | None = None
+        self.compare: Callable[[str, object, object, str], object] | None = None  # compare mode (fl_patch.compare)
         self.vendor_choice = VendorChoice(problems)
         self._served: dict[str, str] = {}  # module name -> fl_patch module served when none is installed
         self._on_load: dict[str, Callable[[types.ModuleType], None]] = {}  # module name -> run after its body
