@@ -118,7 +118,7 @@ def split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
             if i + 1 >= len(argv):
                 raise UsageError(f"{name} needs a value")
             i += 1
-        elif eq and not row.takes_value and row.kind != "switch":
+        elif eq and not row.takes_value and row.kind not in ("switch", "optional"):
             raise UsageError(f"{name} takes no value")
         i += 1
     return list(argv), []

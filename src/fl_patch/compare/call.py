@@ -141,7 +141,8 @@ class Comparison:
             self.result.note(f"{self.label}no tensor in or out of its calls (not a numerical function)")
             return None
         state = ProgramState(
-            [("arg", prepared.args), ("kwarg", prepared.kwargs), ("output", output), ("module", sides.impl_module)]
+            [("arg", prepared.args), ("kwarg", prepared.kwargs), ("output", output), ("module", sides.impl_module)],
+            packages=_packages(self.result.target),
         )
         if state.truncated:
             self.result.note(f"{self.label}more state than the guard walks (some writes may go unseen)")
@@ -154,9 +155,9 @@ class Comparison:
                 diffs = _outputs(output, upstream) + _changed(prepared, swapped, None)
                 again: tuple[Any, dict[tuple[str, str], torch.Tensor]] | None = None
                 if torch.is_grad_enabled() and any(t.requires_grad for _, t in tensors_in(output)):
-                    grads, again = self._gradients(call, sides, prepared, spare, output, upstream)
+                    grads, again = self._gradients(call, sides, prepared, spare, output, upstream, state)
                     diffs += grads
-                if any(d.differs for d in diffs) and self._unsteady(sides, prepared, spare, output, again):
+                if any(d.differs for d in diffs) and self._unsteady(sides, prepared, spare, output, again, state):
                     return None
         except Aborted as exc:
             self.result.stopped = True  # structural: never run this original again
@@ -170,10 +171,8 @@ class Comparison:
             return None
         finally:
             _restore_buffers(sides.impl_module, prepared)
-            changed = state.put_back()
+            self._put_back(state)
             written = state.written()
-            if changed:
-                self.result.note(f"{self.label}the original changed {', '.join(changed[:2])}: put back")
             if written:
                 self.result.stopped = True
                 self.result.note(
@@ -181,22 +180,35 @@ class Comparison:
                 )
         return diffs
 
+    def _put_back(self, state: ProgramState) -> None:
+        changed = state.put_back()
+        if changed:
+            self.result.note(f"{self.label}the original changed {', '.join(changed[:2])}: put back")
+
     def _run_impl_again(
-        self, sides: Sides, prepared: Prepared, spare: Spare
+        self, sides: Sides, prepared: Prepared, spare: Spare, state: ProgramState
     ) -> tuple[Any, dict[tuple[str, str], torch.Tensor]]:
-        """The impl once more, on the spare copies, from the same RNG state (for gradients, or the check below)."""
+        """The impl once more, on the spare copies, from the program state and RNG state the first run had
+        (what the original's run changed is put back first): for gradients, or the check below."""
+        self._put_back(state)
         prepared.rng.restore()
         swapped = _swap_buffers(sides.impl_module, prepared)
         return sides.impl(*spare.copies[0], **spare.copies[1]), swapped
 
     def _unsteady(
-        self, sides: Sides, prepared: Prepared, spare: Spare, output: Any, again: tuple[Any, Any] | None
+        self,
+        sides: Sides,
+        prepared: Prepared,
+        spare: Spare,
+        output: Any,
+        again: tuple[Any, Any] | None,
+        state: ProgramState,
     ) -> bool:
         """Whether the impl itself gives another result on the same inputs (``torch.empty``'s memory, atomics):
         then a difference from upstream says nothing, and the target is not compared. Asked only on a difference."""
         try:
             if again is None:
-                again = self._run_impl_again(sides, prepared, spare)
+                again = self._run_impl_again(sides, prepared, spare, state)
         except Aborted:
             raise
         except BaseException as exc:
@@ -215,12 +227,19 @@ class Comparison:
         return False
 
     def _gradients(
-        self, call: int, sides: Sides, prepared: Prepared, spare: Spare, output: Any, upstream: Any
+        self,
+        call: int,
+        sides: Sides,
+        prepared: Prepared,
+        spare: Spare,
+        output: Any,
+        upstream: Any,
+        state: ProgramState,
     ) -> tuple[list[TensorDiff], tuple[Any, Any] | None]:
         cotangents = _cotangents(output, self._seed + call)
         theirs = _pull_back(upstream, cotangents, _leaves(prepared.copies, sides.original_module))
         try:
-            again = self._run_impl_again(sides, prepared, spare)
+            again = self._run_impl_again(sides, prepared, spare, state)
             ours = _pull_back(again[0], cotangents, _leaves(spare.copies, sides.impl_module))
         except Aborted as exc:
             self.result.note(f"{self.label}gradients not compared: the impl's second run stopped ({exc})")
@@ -269,6 +288,13 @@ def _sides(
         sides = Sides(functools.partial(impl, module), functools.partial(original, module), module, module)
         return sides, args[1:]
     return Sides(impl, original), args
+
+
+def _packages(target: str) -> tuple[str, ...]:
+    """Whose globals are program state for a call of ``target``: megatron's, and the target's own package's
+    (not torch's, for the CUDA-on-CPU targets: over a thousand modules, and caches torch fills as it runs)."""
+    root = target.partition(".")[0]
+    return ("megatron",) if root in ("megatron", "torch") else ("megatron", root)
 
 
 def plain_now() -> bool:
@@ -356,6 +382,9 @@ def _leaves_of(value: Any, name: str = "output") -> dict[str, Any]:
         }
     if value is None or isinstance(value, torch.Tensor | bool | int | float):
         return {name: value}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.ndarray) and value.dtype != object:
+        return {name: torch.from_numpy(value)}  # the tensor of its values (a CPU pack returns numpy where upstream does)
     return {name: value} if any(True for _ in tensors_in(value)) else {}
 
 

@@ -10,8 +10,10 @@ could change the program:
   objects (a config, a process group) are shared as they are. Aliasing is kept (one tensor twice
   is one copy twice); two views of one storage become two independent copies.
 - ``ProgramState``: every tensor and object reachable from the call's real arguments (``self``
-  included: a module's parameters, buffers and their gradients, an optimizer's state), found by a
-  walk of containers, dataclasses, modules and objects' attributes (bounded). The guard
+  included: a module's parameters, buffers and their gradients, an optimizer's state) and from the
+  globals of megatron and of the target's package (module globals, class attributes: megatron keeps
+  state there, such as ``MoEAuxLossAutoScaler.main_loss_backward_scale``, which a backward sets when it
+  finds it unset), found by a walk of containers, modules and objects' attributes (bounded). The guard
   (``guard.py``) refuses any in-place write into those tensors' storages while the original runs;
   and the Python-level state of every object reached (its attributes, a dict's items, a list's
   elements) is snapshotted after the impl's call and put back after the original's, so an
@@ -26,6 +28,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import sys
+import types
 from collections.abc import Iterator
 from typing import Any, TypeGuard
 
@@ -162,26 +165,64 @@ class Inputs:
 class ProgramState:
     """The program's tensors and objects a call can reach: protected while the original runs, then put back."""
 
-    def __init__(self, roots: list[tuple[str, object]]) -> None:
+    def __init__(self, roots: list[tuple[str, object]], packages: tuple[str, ...] = ()) -> None:
         self.storages: set[tuple[str, int]] = set()
         self.tensors: list[tuple[str, torch.Tensor, int]] = []  # (path, tensor, _version at snapshot)
         self._objects: list[tuple[object, dict[str, object]]] = []
+        self._classes: list[tuple[type, dict[str, object]]] = []
         self._dicts: list[tuple[dict[Any, Any], dict[Any, Any]]] = []
         self._lists: list[tuple[list[Any], list[Any]]] = []
         self._seen: set[int] = set()
+        self._packages = tuple(packages)
         self.truncated = False
-        pending: list[tuple[str, object, int]] = [(name, value, 0) for name, value in reversed(roots)]
+        tracker = getattr(sys.modules.get("megatron.core.tensor_parallel.random"), "_CUDA_RNG_STATE_TRACKER", None)
+        if isinstance(getattr(tracker, "states_", None), dict):
+            self._seen.add(id(tracker.states_))  # the RNG tracker's states are RngState's to restore
+        # The call's own state first, then the globals of the packages named (their modules and classes).
+        modules = [(f"module {n}", m, 0, True) for n, m in list(sys.modules.items()) if self._ours(n)]
+        pending: list[tuple[str, object, int, bool]] = [
+            *reversed(modules),
+            *((n, v, 0, False) for n, v in reversed(roots)),
+        ]
         while pending:
             if len(self._seen) >= MAX_OBJECTS:
                 self.truncated = True
                 break
-            name, value, depth = pending.pop()
-            if _atomic(value) or id(value) in self._seen:
+            name, value, depth, global_ = pending.pop()
+            if id(value) in self._seen or (_atomic(value) and not self._our_class(value)):
                 continue
+            if global_ and not self._global_state(value):
+                continue  # reached from a module's globals: only containers, tensors and the packages' own objects
             self._seen.add(id(value))
-            pending.extend(reversed(list(self._children(name, value, depth))))
+            pending.extend((n, v, d, global_) for n, v, d in reversed(list(self._children(name, value, depth))))
+
+    def _global_state(self, value: object) -> bool:
+        if isinstance(value, torch.Tensor | dict | list | tuple | set | frozenset | types.ModuleType):
+            return True
+        return self._our_class(value) or self._ours(getattr(type(value), "__module__", "") or "")
+
+    def _ours(self, module_name: str) -> bool:
+        return any(module_name == p or module_name.startswith(p + ".") for p in self._packages)
+
+    def _our_class(self, value: object) -> bool:
+        return isinstance(value, type) and self._ours(getattr(value, "__module__", "") or "")
 
     def _children(self, name: str, value: object, depth: int) -> Iterator[tuple[str, object, int]]:
+        if isinstance(value, type):  # a class of the packages named: its class attributes are global state
+            attributes = {k: v for k, v in vars(value).items() if not k.startswith("__")}
+            self._classes.append((value, attributes))
+            for key, item in attributes.items():
+                if not isinstance(item, types.ModuleType):
+                    yield f"{name}.{key}", item, depth + 1
+            return
+        if isinstance(value, types.ModuleType):
+            if depth or not self._ours(value.__name__):
+                return  # a module is walked as a root of its own, or not at all
+            self._dicts.append((vars(value), dict(vars(value))))
+            for key, item in vars(value).items():
+                if not key.startswith("__"):
+                    yield f"{name}.{key}", item, 1
+            return
         if isinstance(value, torch.Tensor):
             key = storage_key(value)
             if key is not None:
@@ -233,6 +274,16 @@ class ProgramState:
                 changed.append(f"a dict's items {sorted(map(str, _keys_changed(container, saved_items)))[:3]}")
                 container.clear()
                 container.update(saved_items)
+        for cls, saved_attributes in self._classes:
+            current = {k: v for k, v in vars(cls).items() if not k.startswith("__")}
+            if not _same(current, saved_attributes):
+                keys = _keys_changed(current, saved_attributes)
+                changed.append(f"class attributes {[f'{cls.__name__}.{k}' for k in sorted(keys)][:3]}")
+                for key in keys:
+                    if key in saved_attributes:
+                        setattr(cls, key, saved_attributes[key])
+                    else:
+                        delattr(cls, key)
         for sequence, saved_list in self._lists:
             if len(sequence) != len(saved_list) or any(a is not b for a, b in zip(sequence, saved_list, strict=True)):
                 changed.append("a list's elements")
@@ -263,6 +314,9 @@ class RngState:
         self.tracker: dict[str, Any] | None = None
         random = sys.modules.get("megatron.core.tensor_parallel.random")
         tracker = getattr(random, "_CUDA_RNG_STATE_TRACKER", None)
+        self._states = getattr(
+            tracker, "states_", None
+        )  # its dict, restored in place (no new object for the walk to see)
         if tracker is not None and hasattr(tracker, "get_states"):
             try:
                 # A state is a tensor the tracker replaces (kept by reference) or, graph-safe, a
@@ -283,7 +337,12 @@ class RngState:
             for state, generator_state in self.tracker.values():
                 if generator_state is not None:
                     state.set_state(generator_state)
-            self._tracker.set_states({name: state for name, (state, _) in self.tracker.items()})
+            states = {name: state for name, (state, _) in self.tracker.items()}
+            if isinstance(self._states, dict) and getattr(self._tracker, "states_", None) is self._states:
+                self._states.clear()
+                self._states.update(states)
+            else:
+                self._tracker.set_states(states)
 
 
 def _accelerator_rng() -> tuple[Any, Any]:

@@ -47,6 +47,8 @@ def report_now() -> None:
         from fl_patch.compare import table
 
         entries = table.records()
+        if not entries:
+            return  # a process that never imported a registered target (torchrun's launcher): nothing to say
         calls = int(str(_STATE["calls"]))
         if _STATE["json"]:
             table.write_json(str(_STATE["json"]), table.process_entry(entries, calls))

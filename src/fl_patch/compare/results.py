@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fl_patch.compare.metrics import TensorDiff
 
-__all__ = ["DIFFERS", "MATCH", "NOT_COMPARED", "RESULTS", "Results", "TargetResult", "merge"]
+__all__ = ["DIFFERS", "MATCH", "NEVER_CALLED", "NOT_COMPARED", "RESULTS", "Results", "TargetResult", "merge"]
 
 MATCH, DIFFERS, NOT_COMPARED = "match", "differs", "not compared"
+NEVER_CALLED = "never called in this process"
 _ORDER = {DIFFERS: 0, MATCH: 1, NOT_COMPARED: 2}
 MAX_SHAPES = 4  # distinct (dtype, shape) kept per target: what it was compared on, not a log
 
@@ -89,7 +90,7 @@ class TargetResult:
             "leaves": self.leaves,
             "worst": self.worst or None,
             "shapes": list(self.shapes),
-            "reason": "; ".join(self.reasons) or (None if self.seen else "never called in this process"),
+            "reason": "; ".join(self.reasons) or (None if self.seen else NEVER_CALLED),
         }
 
 

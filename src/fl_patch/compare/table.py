@@ -24,7 +24,7 @@ import sys
 import textwrap
 from typing import Any
 
-from fl_patch.compare.results import DIFFERS, MATCH, NOT_COMPARED, RESULTS
+from fl_patch.compare.results import DIFFERS, MATCH, NEVER_CALLED, NOT_COMPARED, RESULTS
 
 __all__ = ["format_table", "process_entry", "records", "write_json"]
 
@@ -76,7 +76,6 @@ def _unwrapped(record: Any) -> dict[str, object]:
         "worst": None,
         "shapes": [],
         "reason": reason,
-        "quiet": kind in _NOTHING_CALLED,
     }
 
 
@@ -99,10 +98,25 @@ def _number(value: object, fmt: str = ".3g") -> str:
     return "-" if not isinstance(value, int | float) else format(value, fmt)
 
 
+def _quiet(entry: dict[str, object]) -> str | None:
+    """Why a row is left out of the text table (counted in one line; the JSON has it), or None to show it."""
+    if entry["verdict"] != NOT_COMPARED:
+        return None
+    if entry.get("kind") in _NOTHING_CALLED:
+        return "compute nothing themselves (module attributes, whole modules)"
+    if entry.get("reason") == NEVER_CALLED:
+        return "never called"
+    return None
+
+
 def format_table(entries: list[dict[str, object]], calls: int, label: str | None = None) -> str:
     """The text table: a summary line, then one row per target, worst first, with its impl and reason under it."""
-    shown = [e for e in entries if not e.get("quiet")]
-    quiet = len(entries) - len(shown)
+    shown = [e for e in entries if _quiet(e) is None]
+    quiet: dict[str, int] = {}
+    for e in entries:
+        why = _quiet(e)
+        if why is not None:
+            quiet[why] = quiet.get(why, 0) + 1
     count = {v: sum(e["verdict"] == v for e in entries) for v in (DIFFERS, MATCH, NOT_COMPARED)}
     head = (
         f"fl_patch compare ({label or _label()}): the first {calls} call(s) of each patch against upstream: "
@@ -130,9 +144,9 @@ def format_table(entries: list[dict[str, object]], calls: int, label: str | None
                 text, WIDTH, initial_indent=indent, subsequent_indent=indent + "   ", break_on_hyphens=False
             )
     if quiet:
-        lines.append(
-            f"not compared: {quiet} target(s) that compute nothing themselves (module attributes, whole modules); "
-            "the JSON lists them"
+        counted = "; ".join(f"{count} {why}" for why, count in quiet.items())
+        lines += textwrap.wrap(
+            f"not compared, not listed: {counted} (the JSON lists them)", WIDTH, subsequent_indent="  "
         )
     return "\n".join(lines)
 
@@ -146,7 +160,7 @@ def process_entry(entries: list[dict[str, object]], calls: int) -> dict[str, obj
         "world_size": os.environ.get("WORLD_SIZE"),
         "program": os.path.basename(str(argv[0])),
         "compare_calls": calls,
-        "records": [{k: v for k, v in e.items() if k != "quiet"} for e in entries],
+        "records": entries,
     }
 
 
