@@ -191,7 +191,15 @@ def test_constructors_mocks_and_none_are_listed_with_their_reason(compare_on) ->
 # ------------------------------------------------------------------------------------------- records
 def test_records_of_ranks_merge_by_target() -> None:
     rank0 = {"target": "t", "verdict": "match", "calls": 3, "max_abs": 0.0, "max_rel": 1e-7, "cosine": 1.0, "rank": "0"}
-    rank1 = {"target": "t", "verdict": "differs", "calls": 2, "max_abs": 0.5, "max_rel": 2.0, "cosine": 0.3, "rank": "1"}
+    rank1 = {
+        "target": "t",
+        "verdict": "differs",
+        "calls": 2,
+        "max_abs": 0.5,
+        "max_rel": 2.0,
+        "cosine": 0.3,
+        "rank": "1",
+    }
     other = {"target": "u", "verdict": "not compared", "calls": 0, "reason": "never called", "rank": "0"}
     merged = {r["target"]: r for r in merge([rank0, other, rank1])}
     assert merged["t"]["verdict"] == "differs" and merged["t"]["calls"] == 5 and merged["t"]["ranks"] == ["0", "1"]
@@ -215,7 +223,9 @@ def test_compare_takes_an_optional_number(words: list[str], expected: str) -> No
     assert Settings.from_environ({ENV.COMPARE: expected}).compare_calls == int(expected)
 
 
-@pytest.mark.parametrize("words", [["--compare", "2.5", "x.py"], ["--compare=abc", "x.py"], ["--compare", "-1", "x.py"]])
+@pytest.mark.parametrize(
+    "words", [["--compare", "2.5", "x.py"], ["--compare=abc", "x.py"], ["--compare", "-1", "x.py"]]
+)
 def test_a_number_of_calls_that_does_not_parse_is_a_usage_error(words: list[str], capsys) -> None:
     assert cli.main(words) == 2
     assert "is not a number of calls" in capsys.readouterr().err

@@ -384,7 +384,9 @@ def _leaves_of(value: Any, name: str = "output") -> dict[str, Any]:
         return {name: value}
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(value, numpy.ndarray) and value.dtype != object:
-        return {name: torch.from_numpy(value)}  # the tensor of its values (a CPU pack returns numpy where upstream does)
+        return {
+            name: torch.from_numpy(value)
+        }  # the tensor of its values (a CPU pack returns numpy where upstream does)
     return {name: value} if any(True for _ in tensors_in(value)) else {}
 
 

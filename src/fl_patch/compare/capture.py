@@ -112,7 +112,8 @@ class Inputs:
                 made[key] = self.copy(item, f"{name}[{key!r}]")
             return made
         if _is_namedtuple(value):
-            items = [self.copy(item, f"{name}.{key}") for key, item in zip(type(value)._fields, value, strict=True)]
+            fields: tuple[str, ...] = getattr(type(value), "_fields", ())
+            items = [self.copy(item, f"{name}.{key}") for key, item in zip(fields, value, strict=True)]
             return type(value)(*items)
         if isinstance(value, list):
             return [self.copy(item, f"{name}[{index}]") for index, item in enumerate(value)]
@@ -176,8 +177,9 @@ class ProgramState:
         self._packages = tuple(packages)
         self.truncated = False
         tracker = getattr(sys.modules.get("megatron.core.tensor_parallel.random"), "_CUDA_RNG_STATE_TRACKER", None)
-        if isinstance(getattr(tracker, "states_", None), dict):
-            self._seen.add(id(tracker.states_))  # the RNG tracker's states are RngState's to restore
+        states = getattr(tracker, "states_", None)
+        if isinstance(states, dict):
+            self._seen.add(id(states))  # the RNG tracker's states are RngState's to restore
         # The call's own state first, then the globals of the packages named (their modules and classes).
         modules = [(f"module {n}", m, 0, True) for n, m in list(sys.modules.items()) if self._ours(n)]
         pending: list[tuple[str, object, int, bool]] = [
@@ -224,9 +226,9 @@ class ProgramState:
                     yield f"{name}.{key}", item, 1
             return
         if isinstance(value, torch.Tensor):
-            key = storage_key(value)
-            if key is not None:
-                self.storages.add(key)
+            where = storage_key(value)
+            if where is not None:
+                self.storages.add(where)
             self.tensors.append((name, value, value._version))
             for attribute in _TENSOR_ATTRIBUTES if value.is_leaf else _TENSOR_ATTRIBUTES[1:]:
                 item = getattr(value, attribute, None)
@@ -249,15 +251,16 @@ class ProgramState:
             for index, item in enumerate(value):
                 yield f"{name}[{index}]", item, depth
             return
-        attributes = getattr(value, "__dict__", None)
-        if not isinstance(attributes, dict):
+        found = getattr(value, "__dict__", None)
+        if not isinstance(found, dict):
             return
+        own: dict[str, Any] = found
         # Modules are walked whole (their tree is the state); other objects up to MAX_DEPTH hops.
         step = 0 if isinstance(value, torch.nn.Module) else 1
         if depth + step > MAX_DEPTH:
             return
-        self._objects.append((value, dict(attributes)))
-        for key, item in attributes.items():
+        self._objects.append((value, dict(own)))
+        for key, item in own.items():
             yield f"{name}.{key}", item, depth + step
 
     def put_back(self) -> list[str]:
@@ -338,9 +341,10 @@ class RngState:
                 if generator_state is not None:
                     state.set_state(generator_state)
             states = {name: state for name, (state, _) in self.tracker.items()}
-            if isinstance(self._states, dict) and getattr(self._tracker, "states_", None) is self._states:
-                self._states.clear()
-                self._states.update(states)
+            kept = self._states
+            if kept is not None and getattr(self._tracker, "states_", None) is kept:
+                kept.clear()
+                kept.update(states)
             else:
                 self._tracker.set_states(states)
 
