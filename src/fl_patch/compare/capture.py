@@ -317,9 +317,8 @@ class RngState:
         self.tracker: dict[str, Any] | None = None
         random = sys.modules.get("megatron.core.tensor_parallel.random")
         tracker = getattr(random, "_CUDA_RNG_STATE_TRACKER", None)
-        self._states = getattr(
-            tracker, "states_", None
-        )  # its dict, restored in place (no new object for the walk to see)
+        found = getattr(tracker, "states_", None)  # its dict, restored in place (no new object for the walk to see)
+        self._states: dict[str, Any] | None = found if isinstance(found, dict) else None
         if tracker is not None and hasattr(tracker, "get_states"):
             try:
                 # A state is a tensor the tracker replaces (kept by reference) or, graph-safe, a
