@@ -341,7 +341,8 @@ class RngState:
                     state.set_state(generator_state)
             states = {name: state for name, (state, _) in self.tracker.items()}
             kept = self._states
-            if kept is not None and getattr(self._tracker, "states_", None) is kept:
+            same = getattr(self._tracker, "states_", None) is kept
+            if kept is not None and same:
                 kept.clear()
                 kept.update(states)
             else:
