@@ -13,6 +13,7 @@ import types
 import pytest
 import torch
 
+import fl_patch
 from fl_patch import cli
 from fl_patch.activation.settings import DEFAULT_COMPARE_CALLS, ENV, Settings, compare_calls, unrecognised_values
 from fl_patch.compare import wrapper
@@ -188,6 +189,30 @@ def test_constructors_mocks_and_none_are_listed_with_their_reason(compare_on) ->
     assert "m.FLAG" not in reasons  # attributes are listed at exit from the engine's records
 
 
+def _divide(numerator: int, denominator: int) -> int:
+    return numerator // denominator
+
+
+def test_off_nothing_is_wrapped_on_the_engine_installs_the_wrapper(engine, megatron_core, monkeypatch) -> None:
+    """The cost when off is nothing: the engine's hook is None and the impl itself is installed (real megatron)."""
+    import megatron.core.utils as utils
+
+    upstream = utils.divide
+    fl_patch.register("megatron.core.utils.divide", _divide)
+    fl_patch.install()
+    assert engine.compare is None and utils.divide is _divide
+    fl_patch.uninstall()
+    assert utils.divide is upstream
+    monkeypatch.setenv("FL_PATCH_COMPARE", "2")
+    fl_patch.install()
+    assert engine.compare is wrapper.wrap_for_compare
+    installed = utils.divide
+    assert installed is not _divide and installed.__name__ == "_divide" and installed.__wrapped__ is upstream
+    assert installed(6, 3) == 2 and fl_patch.original("megatron.core.utils.divide") is upstream
+    fl_patch.uninstall()
+    assert utils.divide is upstream
+
+
 # ------------------------------------------------------------------------------------------- records
 def test_records_of_ranks_merge_by_target() -> None:
     rank0 = {"target": "t", "verdict": "match", "calls": 3, "max_abs": 0.0, "max_rel": 1e-7, "cosine": 1.0, "rank": "0"}
@@ -238,6 +263,20 @@ def test_the_variable_reads_as_the_option_and_says_what_it_could_not_read() -> N
     assert calls == DEFAULT_COMPARE_CALLS and message is not None and "FL_PATCH_COMPARE='many'" in message
     assert any("FL_PATCH_COMPARE" in m for m in unrecognised_values({ENV.COMPARE: "many"}))
     assert Settings.from_environ({ENV.COMPARE_JSON: "/tmp/c.jsonl"}).compare_calls == DEFAULT_COMPARE_CALLS
+
+
+@pytest.mark.parametrize(
+    ("words", "cause"),
+    [
+        (["compare", "--", "x.py"], "the following arguments are required: --baseline"),
+        (["compare", "--baseline", "upstream"], "no program to run"),
+        (["compare", "--baseline", "upstream", "--calls", "x", "--", "x.py"], "'x' is not a number of calls"),
+    ],
+)
+def test_the_whole_run_compare_refuses_bad_usage(words: list[str], cause: str, capsys) -> None:
+    assert cli.main(words) == 2
+    err = capsys.readouterr().err
+    assert cause in err and "usage: " in err
 
 
 # ------------------------------------------------------------------------------------------- the whole-run steps

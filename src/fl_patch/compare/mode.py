@@ -40,8 +40,8 @@ def enable(settings: Settings) -> None:
 
 def report_now() -> None:
     """Print this process's table (stderr) and append its JSON line; once, never failing the exit."""
-    if _STATE["reported"] or not _STATE["calls"]:
-        return
+    if _STATE["reported"] or not _STATE["calls"] or RUNTIME.engine.compare is None:
+        return  # (None: compare mode was turned off again in this process, as the tests' reset does)
     _STATE["reported"] = True
     try:
         from fl_patch.compare import table
