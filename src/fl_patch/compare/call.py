@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from fl_patch.compare.capture import Inputs, ProgramState, RngState, tensors_in
+from fl_patch.compare.capture import Inputs, ProgramState, RngState, generators_in, tensors_in
 from fl_patch.compare.guard import Aborted, Communicates, Guard
 from fl_patch.compare.metrics import TensorDiff, diff_leaf
 from fl_patch.compare.results import TargetResult
@@ -100,7 +100,7 @@ class Comparison:
         try:
             inputs = Inputs()
             copies = _copy(inputs, args, kwargs)
-            prepared = Prepared(args, kwargs, inputs, copies, RngState())
+            prepared = Prepared(args, kwargs, inputs, copies, RngState(generators_in(args, kwargs)))
             if sides.impl_module is not None:
                 for path, module in sides.impl_module.named_modules():
                     for name, buffer in module._buffers.items():
@@ -117,7 +117,7 @@ class Comparison:
 
     def finish(self, call: int, sides: Sides, prepared: Prepared, output: Any) -> None:
         """Compare one call whose impl returned ``output``; raises only a stop request or a strict problem."""
-        after = RngState()
+        after = RngState(tuple(g for g, _ in prepared.rng.generators))
         ACTIVE.on = True
         try:
             diffs = self._compare(call, sides, prepared, output)

@@ -18,8 +18,8 @@ could change the program:
   and the Python-level state of every object reached (its attributes, a dict's items, a list's
   elements) is snapshotted after the impl's call and put back after the original's, so an
   original that sets ``self.cache = ...`` or replaces ``optimizer.state`` changes nothing.
-- ``RngState``: torch's CPU generator, the accelerator's generators and megatron's CUDA RNG tracker,
-  saved and restored, so the original draws the random numbers the impl drew (the same dropout
+- ``RngState``: torch's CPU generator, the accelerator's generators, megatron's CUDA RNG tracker, any
+  ``torch.Generator`` passed to the call, Python's and numpy's global generators, saved and restored, so the original draws the random numbers the impl drew (the same dropout
   masks) and the program's own stream goes on as if nothing else had run.
 """
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import random as pyrandom
 import sys
 import types
 from collections.abc import Iterator
@@ -34,7 +35,7 @@ from typing import Any, TypeGuard
 
 import torch
 
-__all__ = ["Inputs", "ProgramState", "RngState", "storage_key", "tensors_in"]
+__all__ = ["Inputs", "ProgramState", "RngState", "generators_in", "storage_key", "tensors_in"]
 
 # The most objects the state walk visits, and the most attribute hops it takes from the arguments
 # through objects that are not modules or containers (an optimizer's param_groups are 4 deep).
@@ -79,6 +80,21 @@ def tensors_in(value: object, name: str = "") -> Iterator[tuple[str, torch.Tenso
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for item in dataclasses.fields(value):
             yield from tensors_in(getattr(value, item.name, None), f"{name}.{item.name}")
+
+
+def generators_in(*values: object) -> tuple[torch.Generator, ...]:
+    """The ``torch.Generator`` objects among a call's arguments (in containers too)."""
+    found: list[torch.Generator] = []
+    pending = list(values)
+    while pending:
+        value = pending.pop()
+        if isinstance(value, torch.Generator):
+            found.append(value)
+        elif isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list | tuple):
+            pending.extend(value)
+    return tuple(dict.fromkeys(found))
 
 
 class Inputs:
@@ -311,9 +327,15 @@ def _keys_changed(current: dict[Any, Any], saved: dict[Any, Any]) -> set[Any]:
 class RngState:
     """The random-number state a compared call may draw from, saved now; ``restore`` puts it back."""
 
-    def __init__(self) -> None:
+    def __init__(self, generators: tuple[torch.Generator, ...] = ()) -> None:
         self.cpu = torch.get_rng_state()
         self.device_module, self.device = _accelerator_rng()
+        # Generators the call was given (``torch.rand(..., generator=g)``): shared with the original, not copied,
+        # so each is put back like the default one. And Python's and numpy's global generators.
+        self.generators = [(g, g.get_state()) for g in generators]
+        self.python = pyrandom.getstate()
+        numpy = sys.modules.get("numpy")
+        self.numpy = (numpy, numpy.random.get_state()) if numpy is not None else None
         self.tracker: dict[str, Any] | None = None
         random = sys.modules.get("megatron.core.tensor_parallel.random")
         tracker = getattr(random, "_CUDA_RNG_STATE_TRACKER", None)
@@ -333,6 +355,11 @@ class RngState:
 
     def restore(self) -> None:
         torch.set_rng_state(self.cpu)
+        for generator, state in self.generators:
+            generator.set_state(state)
+        pyrandom.setstate(self.python)
+        if self.numpy is not None:
+            self.numpy[0].random.set_state(self.numpy[1])
         if self.device_module is not None and self.device is not None:
             self.device_module.set_rng_state_all(self.device)
         if self.tracker is not None and self._tracker is not None:

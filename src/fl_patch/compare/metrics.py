@@ -5,7 +5,7 @@ number) gets the errors msprobe reports per API (cosine similarity, max absolute
 relative error) and a verdict against thresholds that depend on its dtype.
 
 The thresholds start from msprobe's published pre-check criteria (mindstudio-probe 1.0.3,
-``msprobe/pytorch/doc/api_accuracy_checker.md``, "API预检指标"): cosine > 0.99; then for float16
+``msprobe pytorch doc api_accuracy_checker.md``, "API预检指标"): cosine > 0.99; then for float16
 and bfloat16 the share of elements whose relative error exceeds 1% must stay below 1% (its
 "dual hundredths", a failure is an error) and above 0.1% at most (its "dual thousandths", a
 failure is a warning); for float32 and float64 the same with 0.1% ("dual thousandths": error)

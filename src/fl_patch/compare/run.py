@@ -144,7 +144,8 @@ class Comparison:
             env[ENV.COMPARE_STEPS] = str((self.out / "baseline.steps.jsonl").resolve())
         else:
             env[ENV.COMPARE] = str(self.args.calls)
-            env[ENV.COMPARE_JSON] = str((self.out / "calls.jsonl").resolve())
+            if self.args.calls:  # (a compare file alone turns the compare on: --calls 0 writes none)
+                env[ENV.COMPARE_JSON] = str((self.out / "calls.jsonl").resolve())
             env[ENV.COMPARE_STEPS] = str((self.out / "run.steps.jsonl").resolve())
         return env
 
@@ -219,7 +220,8 @@ class Comparison:
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
         records = merge([{**r, "rank": line.get("rank")} for line in lines for r in line.get("records", [])])
         if not lines:
-            print("per-call compare: no process of the second run wrote records (did it import megatron?)")
+            said = "off (--calls 0)" if not self.args.calls else "no process of the second run wrote records"
+            print(f"per-call compare: {said}")
             return records
         label = f"the run as configured, {len(lines)} process(es), merged by target"
         print(format_table(records, self.args.calls, label=label))

@@ -163,10 +163,7 @@ class Target(TargetRecords):
                     raise  # Ctrl-C, or the program's signal handler: not the plugin's fault, not ours to eat
                 self._fail(registration, Status.IMPL_FAILED, f"{type(exc).__name__}: {exc}", ctx)
                 continue
-            if ctx.compare is not None and resolved.exists:
-                replacement = ctx.compare(self.name, replacement, resolved.raw, resolved.kind.value)
-            if ctx.call_counter is not None and resolved.kind in (Kind.FUNCTION, Kind.METHOD):
-                replacement = ctx.call_counter(self.name, replacement)
+            replacement = _diagnostic_wrappers(ctx, self.name, resolved, replacement)
             with ctx.lock:
                 if self._in_place_at(resolved.holder, resolved.name) not in (None, existing):
                     return None  # another thread put it in place meanwhile
@@ -373,6 +370,18 @@ class Target(TargetRecords):
                 )
             return unwrap(patch.original)
         raise LookupError(self.name)
+
+
+def _diagnostic_wrappers(ctx: PatchContext, name: str, resolved: Resolved, replacement: object) -> object:
+    """What is installed for ``replacement``: itself, or wrapped by compare mode and/or report mode's counter.
+
+    Each hook is None unless its mode is on: then nothing is wrapped and a patched call costs a call of the impl.
+    """
+    if ctx.compare is not None and resolved.exists:
+        replacement = ctx.compare(name, replacement, resolved.raw, resolved.kind.value)
+    if ctx.call_counter is not None and resolved.kind in (Kind.FUNCTION, Kind.METHOD):
+        replacement = ctx.call_counter(name, replacement)
+    return replacement
 
 
 def _failures(target: Target, failed: list[Registration]) -> str:
