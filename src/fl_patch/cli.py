@@ -74,10 +74,7 @@ def prog_name(argv0: str | None = None) -> str:
 
 
 def _usage(prog: str) -> str:
-    return (
-        f"usage: {prog} [options] (script.py | -m module | -c code) [args...] | --list | --check | --help\n"
-        f"       {prog} [options] compare --baseline upstream|VENDOR [compare options] -- (script.py | -m module) [args...]"
-    )
+    return f"usage: {prog} [options] (script.py | -m module | -c code) [args...] | --list | --check | --help"
 
 
 # ------------------------------------------------------------------------------------ parsing
@@ -318,6 +315,17 @@ def help_text(prog: str, width: int | None = None) -> str:
     out += _rows_text(pairs, width)
     out += ["", "commands (instead of a program):"]
     out += _rows_text([(_label(row), row.help) for row in COMMANDS], width)
+    out += ["", "the whole-run compare (docs/compare.md; its options: compare --help):"]
+    out += _rows_text(
+        [
+            (
+                "compare --baseline B -- P",
+                "run program P twice, upstream (B=upstream) or vendor B, then as configured with --compare on; "
+                "each step's loss and grad norm side by side, where they part, the per-call table",
+            )
+        ],
+        width,
+    )
     out += ["", "environment variables (set them instead of the options, e.g. for torchrun):"]
     out += _rows_text(
         [(row.setting, row.help + (f" [{row.flags[0]}]" if row.flags else "")) for row in OPTIONS if row.variable],
