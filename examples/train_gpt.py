@@ -118,6 +118,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--moe-fusion", action="store_true", help="MoE: fused token permutation and router (TE's, without TE here)"
     )
     arch.add_argument("--mla", action="store_true", help="multi-latent attention (q/kv LoRA ranks, YaRN RoPE)")
+    arch.add_argument("--normalization", choices=("LayerNorm", "RMSNorm"), default="LayerNorm")
+    arch.add_argument("--swiglu", action="store_true", help="SwiGLU MLP (gated linear unit, SiLU)")
+    arch.add_argument(
+        "--apply-query-key-layer-scaling",
+        action="store_true",
+        help="scale attention scores down by the layer number, and the softmax input back up",
+    )
     par = p.add_argument_group("parallelism (data parallel size = world size / tp / ep for experts)")
     par.add_argument("--tp", type=int, default=1, help="tensor model parallel size")
     par.add_argument("--ep", type=int, default=1, help="expert model parallel size (with --experts)")
@@ -186,7 +193,11 @@ def build_model(args: argparse.Namespace, device: torch.device) -> tuple[Distrib
             rotary_scaling_factor=2.0,
             original_max_position_embeddings=args.seq_length // 2,
         )
+    if args.swiglu:
+        architecture.update(gated_linear_unit=True, activation_func=torch.nn.functional.silu)
     config = (MLATransformerConfig if args.mla else TransformerConfig)(
+        normalization=args.normalization,
+        apply_query_key_layer_scaling=args.apply_query_key_layer_scaling,
         num_layers=args.num_layers,
         hidden_size=args.hidden_size,
         num_attention_heads=args.num_heads,

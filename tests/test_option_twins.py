@@ -26,6 +26,7 @@ FORMS: dict[str, tuple[str, ...]] = {
     ENV.PACKS: ("all", "none", "cpu", "cpu,flaggems", "ALL", "None"),
     ENV.DISABLE: ("megatron.core.x.f", "Cls.meth,mod.f", "a, b"),
     ENV.REPORT_FILE: ("/tmp/fl-report.jsonl",),
+    ENV.COMPARE_JSON: ("/tmp/fl-compare.jsonl",),
 }
 SWITCH_FORMS = (*sorted(_TRUE | _FALSE), "ON", "False", " yes ")
 

@@ -6,6 +6,7 @@
     fl-patch [options] -m package.module [args...]
     fl-patch [options] -c "code" [args...]
     fl-patch [options] --list | --check [--json] [--only KEY=VALUE]
+    fl-patch [options] compare --baseline upstream|VENDOR [...] -- script.py [args...]
     fl-patch --version | --print-pythonpath | --help
 
 Options come before the program; everything after the script, ``-m module`` or
@@ -25,6 +26,7 @@ import contextlib
 import fnmatch
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -105,14 +107,22 @@ def split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         if row is None:
             hint = did_you_mean(name, rows, cutoff=0.7) or " (options go before the program; see --help)"
             raise UsageError(f"unknown option {word!r}{hint}")
-        if row.takes_value and not eq:
+        if row.kind == "optional" and not eq:
+            # --compare [N]: the next word is N when it starts like a number (then it must be one)
+            if i + 1 < len(argv) and _LOOKS_NUMERIC.match(argv[i + 1]):
+                i += 1
+        elif row.takes_value and not eq:
             if i + 1 >= len(argv):
                 raise UsageError(f"{name} needs a value")
             i += 1
-        elif eq and not row.takes_value and row.kind != "switch":
+        elif eq and not row.takes_value and row.kind not in ("switch", "optional"):
             raise UsageError(f"{name} takes no value")
         i += 1
     return list(argv), []
+
+
+# A word after ``--compare`` that starts like a number is its N (``5``, and ``2.5`` or ``-1``, refused as N).
+_LOOKS_NUMERIC = re.compile(r"[+-]?[0-9.]")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -147,7 +157,17 @@ def _check_filter(value: str) -> tuple[str, str]:
     return key, wanted.strip()
 
 
+def _compare_count(value: str) -> str:
+    """``--compare N``: a whole number of calls (0: off); anything else is a usage error."""
+    if not value.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of calls (a whole number, e.g. --compare 5)")
+    return str(int(value))
+
+
+_compare_count.__name__ = ENV.COMPARE  # what argparse names in "invalid ... value"
+
 _TYPES = {variable: _checked(variable) for variable in (ENV.PREFER, ENV.REGISTRY, ENV.TRIGGERS)}
+_TYPES[ENV.COMPARE] = _compare_count
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -160,6 +180,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             parser.add_argument(*row.flags, dest=row.flags[0][2:].replace("-", "_"), action="store_true")
         elif row.kind == "switch":
             parser.add_argument(*row.flags, dest=row.variable, action="store_const", const=row.value)
+        elif row.kind == "optional":
+            parser.add_argument(
+                *row.flags, dest=row.variable, nargs="?", const=row.value, type=_TYPES[row.variable or ""]
+            )
         else:
             action = "append" if row.kind == "append" else "store"
             parser.add_argument(*row.flags, dest=row.variable, action=action, type=_TYPES.get(row.variable or "", str))
@@ -191,7 +215,7 @@ def parse(argv: Sequence[str], prog: str | None = None) -> Options:
             continue
         if row.kind == "append":
             options.append[row.variable] = list(value)  # type: ignore[index]
-        elif row.variable == ENV.REPORT_FILE:
+        elif row.variable in (ENV.REPORT_FILE, ENV.COMPARE_JSON):
             options.env[row.variable] = os.path.abspath(value)  # children may chdir
         else:
             options.env[row.variable] = value  # type: ignore[index]
@@ -269,6 +293,8 @@ def _rows_text(pairs: list[tuple[str, str]], width: int) -> list[str]:
 
 def _label(row: Option) -> str:
     flags = ", ".join(row.flags)
+    if row.kind == "optional":
+        return f"{flags} [{row.metavar}]"
     return f"{flags} {row.metavar}" if row.metavar else flags
 
 
@@ -289,6 +315,17 @@ def help_text(prog: str, width: int | None = None) -> str:
     out += _rows_text(pairs, width)
     out += ["", "commands (instead of a program):"]
     out += _rows_text([(_label(row), row.help) for row in COMMANDS], width)
+    out += ["", "the whole-run compare (docs/compare.md; its options: compare --help):"]
+    out += _rows_text(
+        [
+            (
+                "compare --baseline B -- P",
+                "run program P twice, upstream (B=upstream) or vendor B, then as configured with --compare on; "
+                "each step's loss and grad norm side by side, where they part, the per-call table",
+            )
+        ],
+        width,
+    )
     out += ["", "environment variables (set them instead of the options, e.g. for torchrun):"]
     out += _rows_text(
         [(row.setting, row.help + (f" [{row.flags[0]}]" if row.flags else "")) for row in OPTIONS if row.variable],
@@ -339,6 +376,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(os.path.realpath(PACKAGE_BOOTSTRAP) + "\n")
         return 0
     _apply_environment(options)
+    if options.command is None and options.program[:1] == ["compare"]:
+        from fl_patch.compare.run import main as compare_main  # the whole-run compare: two runs of the program
+
+        return compare_main(options.program[1:], prog)
     if options.against:
         from fl_patch.diagnostics.drift import run as drift_run  # --check --against: static, imports no megatron
 

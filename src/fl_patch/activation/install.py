@@ -144,6 +144,10 @@ def _configure(settings: Settings) -> None:
         modes["report"].enable()  # type: ignore[attr-defined]
     else:
         _stop_counting(engine)
+    if "compare" in modes:
+        modes["compare"].enable(settings)  # type: ignore[attr-defined]
+    else:
+        _stop_comparing(engine)
 
 
 def _import_modes(settings: Settings) -> dict[str, types.ModuleType]:
@@ -161,6 +165,10 @@ def _import_modes(settings: Settings) -> dict[str, types.ModuleType]:
         from fl_patch.report import exit_report
 
         modes["report"] = exit_report
+    if settings.compare_calls or settings.compare_steps:
+        from fl_patch.compare import mode as compare_mode
+
+        modes["compare"] = compare_mode
     return modes
 
 
@@ -297,6 +305,7 @@ def _reset_for_tests() -> None:
     uninstall()
     RUNTIME.engine.reset()
     _stop_counting(RUNTIME.engine)
+    _stop_comparing(RUNTIME.engine)
     RUNTIME.sources_loaded = False
     # A registry module registers when its body runs: forget the packs' (and the
     # sub-registries they import) so the next install() runs them again; user registry
@@ -309,3 +318,9 @@ def _stop_counting(engine: object) -> None:
     exit_report = sys.modules.get("fl_patch.report.exit_report")
     if exit_report is not None:
         engine.remove_wrap(exit_report.make_counter)  # type: ignore[attr-defined]
+
+
+def _stop_comparing(engine: object) -> None:
+    compare_mode = sys.modules.get("fl_patch.compare.mode")
+    if compare_mode is not None:
+        compare_mode.disable(engine)

@@ -11,6 +11,8 @@ Kinds of rows:
 - ``set``: ``--packs cpu`` sets the variable to the value;
 - ``append``: ``--registry a --registry b`` adds to what the environment already has;
 - ``switch``: ``--strict`` sets the variable to ``value`` (``1`` or ``0``);
+- ``optional``: ``--compare`` sets the variable to ``value``, ``--compare 5`` (or ``--compare=5``) to
+  the number given; a following word is taken as the number only when it starts like one;
 - ``env``: a variable with no option (``FL_PATCH=0``; ``FL_PATCH_BOOTSTRAP``, set by
   the launcher itself);
 - ``local``: an option of this command only, no variable (``--in-process``, ``--json``,
@@ -20,7 +22,7 @@ Kinds of rows:
 
 from __future__ import annotations
 
-from fl_patch.config.settings import ENV
+from fl_patch.config.settings import DEFAULT_COMPARE_CALLS, ENV
 
 __all__ = ["COMMANDS", "OPTIONS", "Option", "variables"]
 
@@ -49,13 +51,16 @@ class Option:
 
     @property
     def takes_value(self) -> bool:
-        return self.metavar is not None
+        """Whether the option always takes a value (an ``optional`` one may stand alone)."""
+        return self.metavar is not None and self.kind != "optional"
 
     @property
     def setting(self) -> str:
         """How the variable is written in the help: ``FL_PATCH_STRICT=1``, ``MG_FL_PREFER``."""
         if self.variable is None:
             return ""
+        if self.kind == "optional":
+            return f"{self.variable}={self.metavar}"
         return f"{self.variable}={self.value}" if self.value is not None else self.variable
 
 
@@ -105,6 +110,22 @@ OPTIONS: tuple[Option, ...] = (
         metavar="PATH",
     ),
     Option(
+        ("--compare",),
+        "optional",
+        f"the first N calls (default {DEFAULT_COMPARE_CALLS}) of each patch also run upstream's original on copies of "
+        "their inputs; outputs and gradients compared, a table at exit (docs/compare.md)",
+        variable=ENV.COMPARE,
+        metavar="N",
+        value=str(DEFAULT_COMPARE_CALLS),
+    ),
+    Option(
+        ("--compare-json",),
+        "set",
+        "append the compare records (one JSON line per process) to PATH (implies --compare)",
+        variable=ENV.COMPARE_JSON,
+        metavar="PATH",
+    ),
+    Option(
         ("--triggers",),
         "append",
         "packages whose first import activates fl_patch, besides megatron",
@@ -144,6 +165,12 @@ OPTIONS: tuple[Option, ...] = (
     Option((), "env", "set by the launcher: the bootstrap directory it put on PYTHONPATH", variable=ENV.BOOTSTRAP),
     Option((), "env", "set by the launcher: the pid of the program it runs", variable=ENV.LAUNCHED),
     Option((), "env", "set while registries load: children started then do not load them", variable=ENV.LOADING),
+    Option(
+        (),
+        "env",
+        "set by fl-patch compare: each process appends its training steps' loss and grad norm to PATH",
+        variable=ENV.COMPARE_STEPS,
+    ),
 )
 
 # What to do instead of running a program, and the options that shape their output.

@@ -12,9 +12,11 @@ import os
 from collections.abc import Iterable, Mapping, MutableMapping
 
 __all__ = [
+    "DEFAULT_COMPARE_CALLS",
     "ENV",
     "Settings",
     "closest",
+    "compare_calls",
     "enabled",
     "malformed_values",
     "misspelled_names",
@@ -46,6 +48,9 @@ class ENV:
     CUDA_ON_CPU = "FL_PATCH_CUDA_ON_CPU"  # "0": no CUDA-on-CPU transfer where there is no GPU (the cuda_on_cpu pack)
     LAUNCHED = "FL_PATCH_LAUNCHED"  # set by the launcher: the pid of the program it runs (exec keeps the pid)
     LOADING = "FL_PATCH_LOADING"  # set while a process loads registries: the children it starts meanwhile skip them
+    COMPARE = "FL_PATCH_COMPARE"  # N: the first N calls of each patch also run upstream's original, compared
+    COMPARE_JSON = "FL_PATCH_COMPARE_JSON"  # a path: append the compare records there as JSON lines (implies COMPARE)
+    COMPARE_STEPS = "FL_PATCH_COMPARE_STEPS"  # set by `fl-patch compare`: append each step's loss and grad norm there
 
 
 _SWITCHES = (
@@ -152,6 +157,9 @@ def unrecognised_values(environ: Mapping[str, str] | None = None) -> list[str]:
                 f"fl_patch: {name}={value!r} is not one of {', '.join(sorted(_TRUE))} / {', '.join(sorted(_FALSE))}: "
                 "taken as on"
             )
+    message = compare_calls(env.get(ENV.COMPARE, ""))[1]
+    if message is not None:
+        found.append(message)
     return found
 
 
@@ -224,7 +232,7 @@ def enabled(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def pin_report_file(environ: MutableMapping[str, str] | None = None) -> None:
-    """Make a relative ``FL_PATCH_REPORT_FILE`` absolute, in the environment children inherit.
+    """Make a relative ``FL_PATCH_REPORT_FILE`` (and the compare files) absolute, in the environment children inherit.
 
     A relative path means "here", where the job was started; each process would otherwise
     resolve it against its own working directory (torchrun's workers, a ``subprocess`` with
@@ -232,14 +240,39 @@ def pin_report_file(environ: MutableMapping[str, str] | None = None) -> None:
     activation (the bootstrap, the launcher, ``install()``), before any child is started.
     """
     env = os.environ if environ is None else environ
-    value = env.get(ENV.REPORT_FILE, "").strip()
-    if value and not os.path.isabs(value):
-        env[ENV.REPORT_FILE] = os.path.abspath(value)
+    for name in (ENV.REPORT_FILE, ENV.COMPARE_JSON, ENV.COMPARE_STEPS):
+        value = env.get(name, "").strip()
+        if value and not os.path.isabs(value):
+            env[name] = os.path.abspath(value)
 
 
 def strict_requested(environ: Mapping[str, str] | None = None) -> bool:
     """``FL_PATCH_STRICT``, read now (start-up code runs before any ``Settings`` exist)."""
     return _flag(os.environ if environ is None else environ, ENV.STRICT, False)
+
+
+DEFAULT_COMPARE_CALLS = 3
+"""``--compare`` with no number: the first 3 calls of each patch are compared (a few, then none pay)."""
+
+
+def compare_calls(raw: str) -> tuple[int, str | None]:
+    """``FL_PATCH_COMPARE``'s value as a number of calls (0: off), and a message when it is no such value.
+
+    Empty or off (``0``, ``off``, ...): 0. A whole number N >= 1: N. On without a number (``yes``,
+    ``on``, ``true``): the default. Anything else was set to ask for a compare, so it counts as
+    the default, with the message saying so (the CLI refuses such a value with a usage error).
+    """
+    value = raw.strip().lower()
+    if not value or value in _FALSE:
+        return 0, None
+    if value.isdigit():
+        return int(value), None
+    if value in _TRUE:
+        return DEFAULT_COMPARE_CALLS, None
+    return DEFAULT_COMPARE_CALLS, (
+        f"fl_patch: {ENV.COMPARE}={raw.strip()!r} is not a number of calls (a whole number, 0 for off): "
+        f"taken as {DEFAULT_COMPARE_CALLS}"
+    )
 
 
 class Settings:
@@ -250,6 +283,9 @@ class Settings:
     """
 
     __slots__ = (
+        "compare_calls",
+        "compare_json",
+        "compare_steps",
         "cuda_on_cpu",
         "disabled_targets",
         "enabled",
@@ -281,6 +317,9 @@ class Settings:
         flagscale_tree: bool = True,
         cuda_on_cpu: bool = True,
         triggers: tuple[str, ...] = (),
+        compare_calls: int = 0,
+        compare_json: str | None = None,
+        compare_steps: str | None = None,
     ) -> None:
         self.enabled = enabled
         self.strict = strict
@@ -295,6 +334,9 @@ class Settings:
         self.flagscale_tree = flagscale_tree
         self.cuda_on_cpu = cuda_on_cpu
         self.triggers = triggers
+        self.compare_calls = compare_calls  # 0: compare mode off, no wrapper installed
+        self.compare_json = compare_json
+        self.compare_steps = compare_steps
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in sorted(self.__slots__))
@@ -325,4 +367,14 @@ class Settings:
             flagscale_tree=_flag(env, ENV.FLAGSCALE, True),
             cuda_on_cpu=_flag(env, ENV.CUDA_ON_CPU, True),
             triggers=_csv(env, ENV.TRIGGERS),
+            compare_calls=_compare_calls(env),
+            compare_json=env.get(ENV.COMPARE_JSON, "").strip() or None,
+            compare_steps=env.get(ENV.COMPARE_STEPS, "").strip() or None,
         )
+
+
+def _compare_calls(env: Mapping[str, str]) -> int:
+    calls = compare_calls(env.get(ENV.COMPARE, ""))[0]
+    if not calls and env.get(ENV.COMPARE_JSON, "").strip():
+        return DEFAULT_COMPARE_CALLS  # a compare file asks for a compare, as a report file asks for a report
+    return calls

@@ -48,7 +48,9 @@ from fl_patch.core.resolve import Kind, describe, load_impl, resolve_in
 from fl_patch.core.target import Selection, Target
 from fl_patch.core.vendors import VendorChoice
 
-__all__ = ["Applier"]
+__all__ = ["Applier", "ClassWrap"]
+
+ClassWrap = Callable[[str, type, type], type]
 
 
 class _ImplCycle(ImplMismatch):
@@ -74,6 +76,9 @@ class Applier:
         # Wrappers around each function/method replacement before it is installed (report mode's
         # call counter, compare mode), in order; empty in a normal run: nothing is wrapped.
         self.wraps: list[Wrap] = []
+        # For a class target: (target, impl, upstream class) -> the class to build instead of the impl
+        # (compare mode's subclass carrying its wrappers); empty in a normal run.
+        self.class_wraps: list[ClassWrap] = []
 
     # ------------------------------------------------------------------ choosing
     def vendors(self, among: Collection[str] | None = None) -> tuple[str, ...]:
@@ -172,8 +177,11 @@ class Applier:
                 try:
                     notes: list[str] = []
                     if resolved.exists and resolved.kind is Kind.CLASS and not _is_mock(resolved.raw):
+                        built = impl
+                        for class_wrap in list(self.class_wraps):
+                            built = class_wrap(target.name, built, resolved.raw)  # type: ignore[arg-type]
                         patch, notes = put_class(
-                            target.name, resolved, impl, late=late, registration=registration, owner=module,  # type: ignore[arg-type]
+                            target.name, resolved, built, late=late, registration=registration, owner=module,  # type: ignore[arg-type]
                             impl_module=impl_module,
                         )  # fmt: skip
                     else:

@@ -38,7 +38,7 @@ from fl_patch.core.registry import Registry
 from fl_patch.core.resolve import describe, owned_path, resolve_in, unwrap
 from fl_patch.core.target import Target
 from fl_patch.core.vendors import VendorChoice
-from fl_patch.engine.applier import Applier
+from fl_patch.engine.applier import Applier, ClassWrap
 from fl_patch.engine.batches import Batches
 from fl_patch.engine.catch_up import CatchUp
 from fl_patch.engine.ledger import ModuleLedger
@@ -99,6 +99,15 @@ class Engine:
     def remove_wrap(self, wrap: Wrap) -> None:
         if wrap in self.applier.wraps:
             self.applier.wraps.remove(wrap)
+
+    def add_class_wrap(self, wrap: ClassWrap) -> None:
+        """For class targets from now on: the class to build instead of the impl (compare mode)."""
+        if wrap not in self.applier.class_wraps:
+            self.applier.class_wraps.append(wrap)
+
+    def remove_class_wrap(self, wrap: ClassWrap) -> None:
+        if wrap in self.applier.class_wraps:
+            self.applier.class_wraps.remove(wrap)
 
     def vendors(self, among: Collection[str] | None = None) -> tuple[str, ...]:
         """The vendor priority list (``VendorChoice``; ``among``: a target's vendors, see there);
