@@ -1,7 +1,7 @@
 """Two figures of docs/activation.md, measured: report mode's per-call cost, and what an audit hook would cost.
 
 1. A patched call in report mode goes through the counting wrapper
-   (``fl_patch.report.exit_report.make_counter``): ns per call of a trivial impl, plain and counted
+   (``fl_patch.reporting.exit_report.make_counter``): ns per call of a trivial impl, plain and counted
    (``timeit``, median of ``--repeat`` runs of ``--number`` calls, interleaved).
 2. Why fl_patch wraps the launch functions instead of adding an audit hook (PEP 578): how
    many audit events ``import megatron.core`` raises (under fl_patch, as a job imports it),
@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from fl_patch.report import exit_report as _exit_report  # noqa: E402
+from fl_patch.reporting import exit_report as _exit_report  # noqa: E402
 
 _IMPORT = """
 import sys, time

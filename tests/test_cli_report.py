@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_patch.report import exit_report as _exit_report
+from fl_patch.reporting import exit_report as _exit_report
 
 from .conftest import REPO, clean_env
 

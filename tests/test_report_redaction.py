@@ -15,7 +15,7 @@ import string
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from fl_patch.report.exit_report import names_secret, redact_argv
+from fl_patch.reporting.exit_report import names_secret, redact_argv
 
 SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "pwd", "passphrase", "credential", "auth", "apikey")
 PREFIXES = ("", "api", "hf", "aws secret access", "client", "github", "db", "wandb")

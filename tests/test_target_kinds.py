@@ -492,7 +492,7 @@ def test_one_impl_for_two_targets_gives_each_its_own_wrapped(engine, sandbox) ->
 @pytest.fixture
 def _report_mode(monkeypatch: pytest.MonkeyPatch):
     """``_report_mode(True)``: the next install() runs in --report mode (the exit report itself muted)."""
-    from fl_patch.report import exit_report
+    from fl_patch.reporting import exit_report
 
     monkeypatch.setattr(exit_report, "_report_at_exit", lambda: None)
 

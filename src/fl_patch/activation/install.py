@@ -162,7 +162,7 @@ def _import_modes(settings: Settings) -> dict[str, types.ModuleType]:
 
         modes["strict"] = strict
     if settings.report_at_exit:
-        from fl_patch.report import exit_report
+        from fl_patch.reporting import exit_report
 
         modes["report"] = exit_report
     if settings.compare_calls or settings.compare_steps:
@@ -315,7 +315,7 @@ def _reset_for_tests() -> None:
 
 
 def _stop_counting(engine: object) -> None:
-    exit_report = sys.modules.get("fl_patch.report.exit_report")
+    exit_report = sys.modules.get("fl_patch.reporting.exit_report")
     if exit_report is not None:
         engine.remove_wrap(exit_report.make_counter)  # type: ignore[attr-defined]
 

@@ -276,7 +276,13 @@ class NameBindings:
                 skip.add(patch.impl_module)  # the impl's own module keeps the original (seed pattern)
         if not replacements:
             return
-        modules = modules_since(window) if window is not None else self._late_modules(replacements)
+        if window is not None:
+            # The modules loaded during the body, and the targets' own modules: a second name the module
+            # itself binds to the original (``multi_tensor_scale_impl = local_multi_tensor_scale``) is an
+            # alias like any other.
+            modules = [*modules_since(window), *{id(p.holder): p.holder for p in applied if _swept(p)}.values()]
+        else:
+            modules = self._late_modules(replacements)
         for module, name, value in rebind_aliases(replacements, modules, frozenset(skip)):
             owners[id(value)].aliases.append(binding(module, name, value))
             self.holders.add(id(replacements[id(value)][1]), module.__name__)

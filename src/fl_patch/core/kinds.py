@@ -229,7 +229,9 @@ def kind_problem(resolved: Resolved, impl: object) -> str | None:
             return f"the target is a class, the impl a {type(impl).__name__}"
         if impl is raw:
             return "the impl is the target class itself"
-        if not issubclass(impl, raw):  # type: ignore[arg-type]
+        # Read off the MRO, not issubclass(): a Protocol that is not runtime_checkable, or a TypedDict,
+        # raises on issubclass() instead of answering (megatron has 33 Protocols and a TypedDict).
+        if raw not in impl.__mro__:
             return (
                 f"replacement class {impl.__module__}.{impl.__qualname__} does not subclass "
                 f"{raw.__module__}.{raw.__qualname__}, so isinstance checks against the original would fail"  # type: ignore[attr-defined]

@@ -245,7 +245,50 @@ def _unguarded_megatron_importer(package: str) -> str | None:
 
 def _line_kind(filename: str, line: int) -> tuple[bool, bool]:
     """(``line`` is in an import statement, ``line`` is inside a ``try`` that catches ImportError)."""
-    return _lines(filename).get(line, (False, False))
+    found = _statement_lines(filename, line)
+    if found is None:
+        found = _lines(filename)  # the statement could not be cut out: the whole file, once
+    return found.get(line, (False, False))
+
+
+def _statement_lines(filename: str, line: int) -> dict[int, tuple[bool, bool]] | None:
+    """``_lines`` for the top-level statement holding ``line`` only (None when it cannot be cut out).
+
+    Parsing each importer's whole file cost about a second of CPU at megatron's import (33 files:
+    every ``try: import triton``): the top-level statement around the import (the ``try`` block, or
+    the function or class it is in) is all the answer needs, and is a few lines.
+    """
+    import linecache
+
+    source = linecache.getlines(filename)
+    if not source or not 0 < line <= len(source):
+        return None
+    start = line - 1
+    while start > 0 and not _starts_top_level(source[start]):
+        start -= 1
+    end = line
+    while end < len(source) and not _starts_top_level(source[end]):
+        end += 1
+    return _snippet_lines(filename, start, "".join(source[start:end]))
+
+
+def _starts_top_level(text: str) -> bool:
+    """A line that begins a module-level statement (not a continuation, a handler or a decorator's def)."""
+    return bool(text[:1].strip()) and text[:1] not in "#)]}@" and not text.startswith(_CLAUSES)
+
+
+_CLAUSES = ("except", "else", "elif", "finally")
+
+
+@functools.lru_cache(maxsize=1024)
+def _snippet_lines(filename: str, start: int, snippet: str) -> dict[int, tuple[bool, bool]] | None:
+    import ast
+
+    try:
+        tree = ast.parse(snippet, filename=filename)
+    except (SyntaxError, ValueError):
+        return None  # cut in the wrong place (a string spanning lines at column 0): the whole file instead
+    return {start + line: kind for line, kind in _marks(tree).items()}
 
 
 @functools.lru_cache(maxsize=512)
@@ -257,6 +300,12 @@ def _lines(filename: str) -> dict[int, tuple[bool, bool]]:
             tree = ast.parse(handle.read(), filename=filename)
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
         return {}
+    return _marks(tree)
+
+
+def _marks(tree: Any) -> dict[int, tuple[bool, bool]]:
+    import ast
+
     lines: dict[int, tuple[bool, bool]] = {}
 
     def mark(node: ast.AST, is_import: bool, guarded: bool) -> None:

@@ -134,7 +134,7 @@ def _at_exit() -> None:
 
 
 def _stop(message: str) -> None:
-    exit_report = sys.modules.get("fl_patch.report.exit_report")
+    exit_report = sys.modules.get("fl_patch.reporting.exit_report")
     try:
         if exit_report is not None:
             exit_report.report_now()  # registered before this check, it would not run after os._exit
