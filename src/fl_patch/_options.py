@@ -139,11 +139,19 @@ OPTIONS: tuple[Option, ...] = (
         variable=ENV.CHILDREN,
         value="0",
     ),
+    Option(
+        ("--rank-check",),
+        "set",
+        "ranks whose patches differ stop the job at its process group's creation (on), are a warning (warn), or are not compared (off)",
+        variable=ENV.RANK_CHECK,
+        metavar="on|warn|off",
+    ),
     Option(("--in-process",), "local", "run the program in this interpreter (runpy), not a fresh one"),
     Option((), "env", "fl_patch does nothing at all (also 0, false, no, off)", variable=ENV.ENABLED, value="0"),
     Option((), "env", "set by the launcher: the bootstrap directory it put on PYTHONPATH", variable=ENV.BOOTSTRAP),
     Option((), "env", "set by the launcher: the pid of the program it runs", variable=ENV.LAUNCHED),
     Option((), "env", "set while registries load: children started then do not load them", variable=ENV.LOADING),
+    Option((), "env", "seconds the rank check waits for every rank of a group (default 300)", variable=ENV.RANK_CHECK_TIMEOUT),
 )
 
 # What to do instead of running a program, and the options that shape their output.

@@ -46,6 +46,8 @@ class ENV:
     CUDA_ON_CPU = "FL_PATCH_CUDA_ON_CPU"  # "0": no CUDA-on-CPU transfer where there is no GPU (the cuda_on_cpu pack)
     LAUNCHED = "FL_PATCH_LAUNCHED"  # set by the launcher: the pid of the program it runs (exec keeps the pid)
     LOADING = "FL_PATCH_LOADING"  # set while a process loads registries: the children it starts meanwhile skip them
+    RANK_CHECK = "FL_PATCH_RANK_CHECK"  # "warn" / "off": ranks whose patches differ are a warning / not compared (job/)
+    RANK_CHECK_TIMEOUT = "FL_PATCH_RANK_CHECK_TIMEOUT"  # seconds the rank check waits for every rank (default 300)
 
 
 _SWITCHES = (
@@ -213,9 +215,42 @@ def read_list(variable: str, raw: str) -> tuple[tuple[str, ...], list[str]]:
 
 
 def malformed_values(environ: Mapping[str, str] | None = None) -> list[str]:
-    """A message for each malformed item of every list variable set in ``environ``."""
+    """A message for each malformed item of every list variable set in ``environ`` (and the rank check's two)."""
     env = os.environ if environ is None else environ
-    return [message for variable in _ITEM_FORMS for message in read_list(variable, env.get(variable, ""))[1]]
+    found = [message for variable in _ITEM_FORMS for message in read_list(variable, env.get(variable, ""))[1]]
+    return found + [m for m in (rank_check_mode(env)[1], rank_check_timeout(env)[1]) if m]
+
+
+RANK_CHECK_MODES = ("on", "warn", "off")
+RANK_CHECK_TIMEOUT_S = 300.0
+
+
+def rank_check_mode(environ: Mapping[str, str]) -> tuple[str, str | None]:
+    """``FL_PATCH_RANK_CHECK``: on (unset, or a switch's on word), warn, off (a switch's off word); and a message for a bad value."""
+    raw = environ.get(ENV.RANK_CHECK, "").strip().lower()
+    if raw in RANK_CHECK_MODES:
+        return raw, None
+    if not raw or raw in _TRUE:
+        return "on", None
+    if raw in _FALSE:
+        return "off", None
+    return "on", f"fl_patch: {ENV.RANK_CHECK}={raw!r} is not on, warn or off: taken as on"
+
+
+def rank_check_timeout(environ: Mapping[str, str]) -> tuple[float, str | None]:
+    """``FL_PATCH_RANK_CHECK_TIMEOUT`` in seconds (default 300); and a message for a value that is not a positive number."""
+    raw = environ.get(ENV.RANK_CHECK_TIMEOUT, "").strip()
+    if not raw:
+        return RANK_CHECK_TIMEOUT_S, None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value > 0:
+        return value, None
+    return RANK_CHECK_TIMEOUT_S, (
+        f"fl_patch: {ENV.RANK_CHECK_TIMEOUT}={raw!r} is not a positive number of seconds: {RANK_CHECK_TIMEOUT_S:g} is used"
+    )
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -257,6 +292,8 @@ class Settings:
         "flagscale_tree",
         "packs",
         "prefer",
+        "rank_check",
+        "rank_check_timeout",
         "registry_modules",
         "report_at_exit",
         "report_file",
@@ -281,6 +318,8 @@ class Settings:
         flagscale_tree: bool = True,
         cuda_on_cpu: bool = True,
         triggers: tuple[str, ...] = (),
+        rank_check: str = "on",
+        rank_check_timeout: float = RANK_CHECK_TIMEOUT_S,
     ) -> None:
         self.enabled = enabled
         self.strict = strict
@@ -295,6 +334,8 @@ class Settings:
         self.flagscale_tree = flagscale_tree
         self.cuda_on_cpu = cuda_on_cpu
         self.triggers = triggers
+        self.rank_check = rank_check  # on / warn / off (job/rank_check.py)
+        self.rank_check_timeout = rank_check_timeout
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in sorted(self.__slots__))
@@ -325,4 +366,6 @@ class Settings:
             flagscale_tree=_flag(env, ENV.FLAGSCALE, True),
             cuda_on_cpu=_flag(env, ENV.CUDA_ON_CPU, True),
             triggers=_csv(env, ENV.TRIGGERS),
+            rank_check=rank_check_mode(env)[0],
+            rank_check_timeout=rank_check_timeout(env)[0],
         )
