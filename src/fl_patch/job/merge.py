@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 __all__ = ["MergedRow", "format_merged", "merge", "merge_reports", "rank_ranges", "read_report_lines"]
 
@@ -67,7 +68,7 @@ def _hashable(value: object) -> Hashable:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def merge(per_rank: Mapping[Rank, Mapping[str, object]]) -> list[MergedRow]:
+def merge(per_rank: Mapping[Any, Mapping[str, Any]]) -> list[MergedRow]:
     """Each row key of any rank, with its distinct values and their ranks (rows in first-seen order)."""
     ranks = sorted(per_rank, key=_rank_order)
     keys: dict[str, None] = {}
@@ -84,7 +85,9 @@ def merge(per_rank: Mapping[Rank, Mapping[str, object]]) -> list[MergedRow]:
                 continue
             value = row[key]
             groups.setdefault(_hashable(value), (value, []))[1].append(rank)
-        values = sorted(((v, tuple(rs)) for v, rs in groups.values()), key=lambda item: (-len(item[1]), _rank_order(item[1][0])))
+        values = sorted(
+            ((v, tuple(rs)) for v, rs in groups.values()), key=lambda item: (-len(item[1]), _rank_order(item[1][0]))
+        )
         rows.append(MergedRow(key, values, tuple(missing)))
     return rows
 
@@ -140,10 +143,12 @@ def read_report_lines(lines: Iterable[str]) -> list[dict[str, object]]:
 
 def _process_key(entry: Mapping[str, object]) -> Rank:
     rank = entry.get("rank")
-    try:
-        return int(rank)  # type: ignore[arg-type]  # a str or int in the JSON, or None
-    except (TypeError, ValueError):
-        return f"pid {entry.get('pid', '?')}"
+    if isinstance(rank, (int, str)):
+        try:
+            return int(rank)
+        except ValueError:
+            pass
+    return f"pid {entry.get('pid', '?')}"
 
 
 def _chosen(records: Iterable[Mapping[str, object]]) -> dict[str, Mapping[str, object]]:
@@ -151,9 +156,27 @@ def _chosen(records: Iterable[Mapping[str, object]]) -> dict[str, Mapping[str, o
     chosen: dict[str, Mapping[str, object]] = {}
     for record in records:
         status = record.get("status")
-        if record.get("vendor") == record.get("chosen_vendor") or status in ("target missing", "impl failed"):
+        if record.get("vendor") == record.get("chosen_vendor") or status in _PROBLEMS:
             chosen.setdefault(str(record.get("target")), record)
     return chosen
+
+
+_PROBLEMS = ("target missing", "impl failed")
+Identity = tuple[str, str, str, str]  # status, vendor, impl, detail: what must agree across ranks
+
+
+def _identity(record: Mapping[str, object]) -> Identity:
+    return (
+        str(record.get("status")),
+        str(record.get("chosen_vendor") or "-"),
+        str(record.get("impl")),
+        str(record.get("detail") or ""),
+    )
+
+
+def _describe(identity: object) -> str:
+    status, vendor, impl, detail = cast(Identity, tuple(cast(Sequence[str], identity)))
+    return f"{status} {vendor} -> {impl}" + (f"  ({detail})" if detail else "")
 
 
 def merge_reports(entries: Sequence[Mapping[str, object]]) -> str:
@@ -168,50 +191,45 @@ def merge_reports(entries: Sequence[Mapping[str, object]]) -> str:
     by_process: dict[Rank, dict[str, Mapping[str, object]]] = {}
     idle: list[Rank] = []
     for entry in entries:
-        key = _process_key(entry)
-        records = [r for r in entry.get("records", []) if isinstance(r, Mapping)]  # type: ignore[union-attr]
+        raw = entry.get("records")
+        records = [r for r in raw if isinstance(r, Mapping)] if isinstance(raw, list) else []
         chosen = _chosen(records)
         if all(r.get("status") == "waiting" for r in chosen.values()):
-            idle.append(key)
+            idle.append(_process_key(entry))
             continue
-        by_process[key] = chosen
+        by_process[_process_key(entry)] = chosen
     if not by_process:
         return f"fl_patch report, merged ({len(idle)} process(es)): no registered target was imported in any process"
-    identity = merge(
-        {p: {t: [r.get("status"), r.get("chosen_vendor"), r.get("impl"), r.get("detail") or ""] for t, r in rows.items()}
-         for p, rows in by_process.items()}
-    )  # fmt: skip
-    calls = {row.key: row for row in merge({p: {t: r.get("calls") for t, r in rows.items()} for p, rows in by_process.items()})}
-    processes = rank_ranges(by_process)
-    applied_everywhere = [row for row in identity if row.same and row.values[0][0][0] == "applied"]  # type: ignore[index]
-    waiting_everywhere = [row for row in identity if row.same and row.values[0][0][0] == "waiting"]  # type: ignore[index]
-    problems = [row for row in identity if any(v[0] in ("target missing", "impl failed") for v, _ in row.values)]  # type: ignore[index]
+    identity = merge({p: {t: list(_identity(r)) for t, r in rows.items()} for p, rows in by_process.items()})
+    calls = {
+        row.key: row
+        for row in merge({p: {t: r.get("calls") for t, r in rows.items()} for p, rows in by_process.items()})
+    }
+    statuses = {row.key: {cast(Sequence[str], value)[0] for value, _ in row.values} for row in identity}
+    waiting = [row for row in identity if row.same and statuses[row.key] == {"waiting"}]
+    applied = [row for row in identity if row.same and statuses[row.key] == {"applied"}]
+    problems = [row for row in identity if statuses[row.key] & set(_PROBLEMS)]
     differ = [row for row in identity if not row.same]
-    head = (
-        f"fl_patch report, merged over {len(by_process)} process(es) ({processes}"
+    lines = [
+        f"fl_patch report, merged over {len(by_process)} process(es) ({rank_ranges(by_process)}"
         + (f"; {len(idle)} more imported no registered target" if idle else "")
-        + f"): {len(applied_everywhere)} applied on every one, {len(differ)} differ, {len(problems)} problem(s)"
-    )
-    lines = [head]
-    shown = [row for row in identity if row.same and row not in waiting_everywhere]
+        + f"): {len(applied)} applied on every one, {len(differ)} differ, {len(problems)} problem(s)"
+    ]
+    shown = [row for row in identity if row.same and row not in waiting]
     if shown:
-        lines.append("same on every process:")
+        lines.append("the same on every process:")
         for row in shown:
-            status, vendor, impl, detail = row.values[0][0]  # type: ignore[misc]
-            lines.append(f"  {status:<8} {vendor or '-':<8} {row.key}")
-            lines.append(f"  {'':<8} {'':<8} -> {impl}" + (f"  ({detail})" if detail else "") + f"  calls: {_calls(calls[row.key])}")
+            lines.append(f"  {row.key}")
+            lines.append(f"    {_describe(row.values[0][0])}  calls: {_calls(calls[row.key])}")
     if differ:
         lines.append("differs by process:")
         for row in differ:
             lines.append(f"  {row.key}")
-            entries_ = [(v, ranks) for v, ranks in row.values]
-            for value, ranks in entries_:
-                status, vendor, impl, detail = value  # type: ignore[misc]
-                lines.append(f"    {rank_ranges(ranks)}: {status} {vendor or '-'} -> {impl}" + (f"  ({detail})" if detail else ""))
+            lines += [f"    {rank_ranges(ranks)}: {_describe(value)}" for value, ranks in row.values]
             if row.missing:
                 lines.append(f"    {rank_ranges(row.missing)}: not registered there")
-    if waiting_everywhere:
-        lines.append("never triggered on any process: " + ", ".join(row.key for row in waiting_everywhere))
+    if waiting:
+        lines.append("never triggered on any process: " + ", ".join(row.key for row in waiting))
     return "\n".join(lines)
 
 

@@ -71,9 +71,10 @@ class CheckFailed(Exception):
     fails (torchrun) does not end the lead before it has said what differs.
     """
 
-    def __init__(self, message: str, lead: bool, store: Any = None, done: str = "") -> None:
+    def __init__(self, message: str, lead: bool, store: Any = None, done: str = "", summary: str = "") -> None:
         super().__init__(message)
         self.message = message
+        self.summary = summary or message.splitlines()[0]
         self.lead = lead
         self.store = store
         self.done = done
@@ -120,14 +121,16 @@ def check_group(
     me: int,
     state: PatchState,
     timeout_s: float,
+    *,
+    prefix: str | None = None,
 ) -> None:
     """Compare ``state`` with every member's through ``store``; raise ``CheckFailed`` if they differ or one is missing.
 
     ``members``: the global ranks of the group; ``me``: this process's global rank among them.
     Every member calls this with the same ``label`` in the same order (group creation is
-    collective), so the keys match.
+    collective), so the keys match (``prefix`` gives the keys' prefix instead).
     """
-    prefix = _key_prefix(label)
+    prefix = prefix or _key_prefix(label)
     size = len(members)
     me_info = json.dumps({"digest": state.digest, "host": socket.gethostname(), "pid": os.getpid()})
     store.set(f"{prefix}state/{state.digest}", state.to_json())
@@ -143,20 +146,25 @@ def check_group(
         if missing:
             lead = bool(present) and me == min(present)
             message = _missing_message(label, members, present, missing, timeout_s)
-            raise CheckFailed(message, lead, store, f"{prefix}told") from None
+            summary = f"fl_patch: {rank_ranges(missing)} of the {_group_text(label, size)} did not take part in the rank check"
+            raise CheckFailed(message, lead, store, f"{prefix}told", summary) from None
         raise
     if store.add(f"{prefix}digest/{state.digest}", 0) == size:
         return  # every member has this digest
     infos = {m: json.loads(_decode(store.get(f"{prefix}rank/{m}"))) for m in members}
     states = {d: PatchState.from_json(store.get(f"{prefix}state/{d}")) for d in {i["digest"] for i in infos.values()}}
-    raise CheckFailed(_mismatch_message(label, members, me, infos, states), me == min(members), store, f"{prefix}told")
+    summary = f"fl_patch: the ranks of the {_group_text(label, size)} do not run the same patches"
+    message = _mismatch_message(label, members, me, infos, states)
+    raise CheckFailed(message, me == min(members), store, f"{prefix}told", summary)
 
 
 def _group_text(label: str, size: int) -> str:
     return f"process group {label!r} ({size} ranks)"
 
 
-def _missing_message(label: str, members: Sequence[int], present: list[int], missing: list[int], timeout_s: float) -> str:
+def _missing_message(
+    label: str, members: Sequence[int], present: list[int], missing: list[int], timeout_s: float
+) -> str:
     return (
         f"fl_patch: {rank_ranges(missing)} of the {_group_text(label, len(members))} did not take part in fl_patch's "
         f"rank check within {timeout_s:g} s ({rank_ranges(present)} did): fl_patch is not active there (that node's "
@@ -208,7 +216,7 @@ def _report(failure: CheckFailed, mode: str) -> None:
             stream.flush()
         with contextlib.suppress(Exception):
             failure.store.set(failure.done, "1")
-        raise FlPatchError(failure.message.partition(" (")[0] + ": the table is printed above; the job stops")
+        raise FlPatchError(f"{failure.summary}: the table is printed above; the job stops")
     with contextlib.suppress(Exception):
         failure.store.wait([failure.done], timedelta(seconds=TABLE_WAIT_S))
     raise FlPatchError(failure.message)
@@ -304,5 +312,8 @@ def new_process_group_helper(*args: Any, **kwargs: Any) -> Any:
     except Exception as exc:  # noqa: BLE001  (a bug of the check must not break a job that did not fail it)
         if not _STATE.bug_said:
             _STATE.bug_said = True
-            warn(f"fl_patch: the rank check could not run: {type(exc).__name__}: {exc}", where=("<fl_patch rank check>", 0))
+            warn(
+                f"fl_patch: the rank check could not run: {type(exc).__name__}: {exc}",
+                where=("<fl_patch rank check>", 0),
+            )
     return result
