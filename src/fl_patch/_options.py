@@ -151,7 +151,12 @@ OPTIONS: tuple[Option, ...] = (
     Option((), "env", "set by the launcher: the bootstrap directory it put on PYTHONPATH", variable=ENV.BOOTSTRAP),
     Option((), "env", "set by the launcher: the pid of the program it runs", variable=ENV.LAUNCHED),
     Option((), "env", "set while registries load: children started then do not load them", variable=ENV.LOADING),
-    Option((), "env", "seconds the rank check waits for every rank of a group (default 300)", variable=ENV.RANK_CHECK_TIMEOUT),
+    Option(
+        (),
+        "env",
+        "seconds the rank check waits for every rank of a group (default 300)",
+        variable=ENV.RANK_CHECK_TIMEOUT,
+    ),
 )
 
 # What to do instead of running a program, and the options that shape their output.

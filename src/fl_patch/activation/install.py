@@ -287,5 +287,7 @@ def _reset_for_tests() -> None:
     # A registry module registers when its body runs: forget the packs' (and the
     # sub-registries they import) so the next install() runs them again; user registry
     # modules are the test's own business.
-    for name in [n for n in sys.modules if n.startswith(("fl_patch.impls.", "fl_patch.job.")) and n.endswith("registry")]:
+    for name in [
+        n for n in sys.modules if n.startswith(("fl_patch.impls.", "fl_patch.job.")) and n.endswith("registry")
+    ]:
         del sys.modules[name]
