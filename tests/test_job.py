@@ -140,6 +140,7 @@ def test_state_rows_hold_vendor_impl_and_source_hash_not_application_order(tmp_p
         from fl_patch.job import digest
 
         digest._HASHES.clear()
+        digest._FILES.clear()
         assert state_rows([applied], settings)["m.f"] != rows["m.f"]
         disabled = PatchRecord("m.f", "m.f", "cpu", "x", Status.DISABLED, chosen_vendor="cpu")
         assert state_rows([disabled], settings)["m.f"] == "disabled"

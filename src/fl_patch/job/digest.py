@@ -22,6 +22,7 @@ path finder), and each file is hashed once per process.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import json
@@ -36,6 +37,8 @@ __all__ = ["PatchState", "impl_file", "patch_state", "state_rows"]
 
 _NONE = "-"
 _HASHES: dict[str, str] = {}  # source file -> hash (a file does not change under a running job)
+_FILES: dict[str, str] = {}  # impl -> its source file
+_LAST: list[tuple[object, PatchState]] = []  # the last state, with what it was computed from
 
 
 class PatchState:
@@ -55,6 +58,7 @@ class PatchState:
         return cls(json.loads(text))
 
 
+@functools.lru_cache(maxsize=None)  # an installed distribution's version does not change under a running job
 def _version(distribution: str) -> str:
     try:
         import importlib.metadata as metadata
@@ -113,6 +117,15 @@ def _locate(module: str) -> str | None:
 
 def impl_file(impl: str) -> str | None:
     """The source file of an impl named ``pkg.mod.func`` or ``pkg.mod:Cls.method`` (the longest module prefix found)."""
+    if impl in _FILES:
+        return _FILES[impl]
+    found = _find_impl_file(impl)
+    if found is not None:  # (one not found yet may be found once its package is on sys.path)
+        _FILES[impl] = found
+    return found
+
+
+def _find_impl_file(impl: str) -> str | None:
     if ":" in impl:
         candidates = [impl.partition(":")[0]]
     else:
@@ -183,5 +196,20 @@ def state_rows(records: Iterable[PatchRecord], settings: object) -> dict[str, st
 
 
 def patch_state(settings: object) -> PatchState:
-    """This process's state now: ``fl_patch.report()`` under ``settings``."""
-    return PatchState(state_rows(fl_patch.report() if fl_patch.is_installed() else [], settings))
+    """This process's state now: ``fl_patch.report()`` under ``settings``.
+
+    Computed again only when the records or the modes changed since the last call (a job
+    creates dozens of groups, each checked, and the state is the same for nearly all).
+    """
+    records = fl_patch.report() if fl_patch.is_installed() else []
+    key = (
+        tuple((r.target, r.vendor, r.impl, r.status, r.chosen_vendor) for r in records),
+        tuple(getattr(settings, name, None) for name in ("strict", "compare")),
+        _torch_deterministic(),
+        os.environ.get("FL_PATCH_DETERMINISTIC"),
+    )
+    if _LAST and _LAST[0][0] == key:
+        return _LAST[0][1]
+    state = PatchState(state_rows(records, settings))
+    _LAST[:] = [(key, state)]
+    return state
