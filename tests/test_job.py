@@ -72,6 +72,15 @@ def test_merged_report_is_one_view_with_the_odd_rank_named() -> None:
     assert "0 differ" in same and same.count("impl_cpu") == 1 and "calls: 5 each" in same
 
 
+def test_merge_command_reads_report_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "r.jsonl"
+    report.write_text("".join(json.dumps(_entry(str(r), 10 + r, "applied", "cpu", r)) + "\n" for r in range(3)))
+    assert job_merge.main([str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "merged over 3 process(es) (ranks 0-2)" in out and "calls: 0 (rank 0), 1 (rank 1), 2 (rank 2)" in out
+    assert job_merge.main([]) == 2
+
+
 def test_report_lines_skip_what_is_not_an_entry() -> None:
     lines = ["", "not json", json.dumps({"pid": 1, "rank": "0", "records": []}), json.dumps([1, 2])]
     assert [e["pid"] for e in job_merge.read_report_lines(lines)] == [1]

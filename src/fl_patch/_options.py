@@ -157,6 +157,12 @@ OPTIONS: tuple[Option, ...] = (
         "seconds the rank check waits for every rank of a group (default 300)",
         variable=ENV.RANK_CHECK_TIMEOUT,
     ),
+    Option(
+        (),
+        "env",
+        "set by fl_patch.job.ray.runtime_env: the Ray worker setup hook to run after fl_patch's",
+        variable=ENV.RAY_NEXT_HOOK,
+    ),
 )
 
 # What to do instead of running a program, and the options that shape their output.

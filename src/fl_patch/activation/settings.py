@@ -48,6 +48,7 @@ class ENV:
     LOADING = "FL_PATCH_LOADING"  # set while a process loads registries: the children it starts meanwhile skip them
     RANK_CHECK = "FL_PATCH_RANK_CHECK"  # "warn" / "off": ranks whose patches differ are a warning / not compared (job/)
     RANK_CHECK_TIMEOUT = "FL_PATCH_RANK_CHECK_TIMEOUT"  # seconds the rank check waits for every rank (default 300)
+    RAY_NEXT_HOOK = "FL_PATCH_RAY_NEXT_HOOK"  # set by fl_patch.job.ray.runtime_env: the user's own Ray setup hook
 
 
 _SWITCHES = (

@@ -58,7 +58,7 @@ class PatchState:
         return cls(json.loads(text))
 
 
-@functools.lru_cache(maxsize=None)  # an installed distribution's version does not change under a running job
+@functools.cache  # an installed distribution's version does not change under a running job
 def _version(distribution: str) -> str:
     try:
         import importlib.metadata as metadata

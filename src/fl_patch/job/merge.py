@@ -238,3 +238,26 @@ def _calls(row: MergedRow) -> str:
         value = row.values[0][0]
         return "-" if value is None else f"{value} each"
     return ", ".join(f"{'-' if v is None else v} ({rank_ranges(ranks)})" for v, ranks in row.values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fl_patch.job.merge FILE...``: the merged view of report files (``--report-file``; ``-``: stdin)."""
+    import sys
+
+    paths = sys.argv[1:] if argv is None else argv
+    if not paths:
+        sys.stderr.write("usage: python -m fl_patch.job.merge REPORT_FILE... (the JSON lines --report-file wrote)\n")
+        return 2
+    entries: list[dict[str, object]] = []
+    for path in paths:
+        if path == "-":
+            entries += read_report_lines(sys.stdin)
+        else:
+            with open(path, encoding="utf-8") as handle:
+                entries += read_report_lines(handle)
+    print(merge_reports(entries))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -234,6 +234,10 @@ def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | Non
         return None
 
 
+# The arguments read, by name (torch 2.13's names; inspect binds the call to them).
+_EXPECTED = frozenset({"group_size", "group_rank", "global_ranks_in_group", "backend", "store", "group_name"})
+
+
 def _is_global_creation(name: object) -> bool:
     """A group every rank of the default group creates: torch names those by a counter ("3"), members-only ones by a hash."""
     return str(name).isdigit()
@@ -302,10 +306,12 @@ def new_process_group_helper(*args: Any, **kwargs: Any) -> Any:
     Drop when: torch offers a hook at process-group creation.
     """
     result = fl_patch.original(TARGET)(*args, **kwargs)
-    arguments = _bind(args, kwargs)
-    if arguments is None:
-        return result
     try:
+        arguments = _bind(args, kwargs)
+        if arguments is None or not _EXPECTED <= set(arguments):
+            raise TypeError(
+                f"this torch's {TARGET} does not take the arguments it is read by ({', '.join(sorted(_EXPECTED))})"
+            )
         _after_creation(arguments, result)
     except FlPatchError:
         raise
@@ -313,7 +319,7 @@ def new_process_group_helper(*args: Any, **kwargs: Any) -> Any:
         if not _STATE.bug_said:
             _STATE.bug_said = True
             warn(
-                f"fl_patch: the rank check could not run: {type(exc).__name__}: {exc}",
+                f"fl_patch: the rank check could not run, ranks are not compared: {type(exc).__name__}: {exc}",
                 where=("<fl_patch rank check>", 0),
             )
     return result

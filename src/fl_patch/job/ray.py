@@ -49,9 +49,9 @@ from fl_patch.activation.settings import ENV, KNOWN_NAMES
 __all__ = ["NEXT_HOOK", "SETUP_HOOK", "bootstrap_dir", "reaches", "runtime_env", "setup_worker"]
 
 SETUP_HOOK = "fl_patch.job.ray.setup_worker"
-NEXT_HOOK = "FL_PATCH_RAY_NEXT_HOOK"  # the hook the user's runtime_env had, run after fl_patch's
+NEXT_HOOK = ENV.RAY_NEXT_HOOK  # the hook the user's runtime_env had, run after fl_patch's
 # Per-process values of the driver that mean nothing in a worker.
-_NOT_CARRIED = frozenset({ENV.LAUNCHED, ENV.LOADING, ENV.BOOTSTRAP})
+_NOT_CARRIED = frozenset({ENV.LAUNCHED, ENV.LOADING, ENV.BOOTSTRAP, ENV.RAY_NEXT_HOOK})
 
 
 def bootstrap_dir() -> str:
