@@ -2,9 +2,9 @@
 
 ``--part protocol``: plain torch (run with FL_PATCH=0); ``check_group`` alone, ``--reps`` times, each
 started together after a barrier, with a state of ``--rows`` rows (the CPU pack's size).
-``--part job``: under fl_patch (all packs); megatron-core imported, then the wall time of
-``init_process_group`` + ``initialize_model_parallel(tp=2)``, the checks made, and the cost of the
-digest (``patch_state``) cold and warm.
+``--part job``: under fl_patch (all packs); megatron-core imported, then ``init_process_group`` +
+``initialize_model_parallel(tp=2)``: its wall time, the time this rank spent in the checks (each
+timed), how many, and the digest (``patch_state``) cold and warm.
 """
 
 from __future__ import annotations
@@ -65,11 +65,23 @@ else:
     from fl_patch.activation.runtime import RUNTIME
     from fl_patch.job import digest, rank_check
 
+    # The time this rank spends in the check (its state, the store, the wait for the others), check by check:
+    # measured inside the process, so other load on the machine shifts it less than comparing whole launches.
+    spent: list[float] = []
+    checked = rank_check._checked
+
+    def timed(*a: object, **k: object) -> None:
+        start = time.perf_counter()
+        try:
+            checked(*a, **k)  # type: ignore[arg-type]
+        finally:
+            spent.append(time.perf_counter() - start)
+
+    rank_check._checked = timed  # type: ignore[assignment]
     start = time.perf_counter()
     dist.init_process_group("gloo")
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=2)
     elapsed = time.perf_counter() - start
-    checks = sum(rank_check._STATE.occurrences.values())
     digest._HASHES.clear()
     digest._FILES.clear()
     digest._LAST.clear()
@@ -80,19 +92,21 @@ else:
     warm = time.perf_counter()
     digest.patch_state(RUNTIME.settings)
     warm = time.perf_counter() - warm
-    gathered = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, elapsed)
+    gathered: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (elapsed, sum(spent), len(spent), statistics.median(spent) if spent else 0.0))
     if dist.get_rank() == 0:
         record = {
             "part": "job",
             "world": dist.get_world_size(),
-            "rank_check": os.environ.get("FL_PATCH_RANK_CHECK", "on"),
-            "init_s": max(gathered),  # type: ignore[type-var]
-            "checks_rank0": checks,
+            "init_s": max(g[0] for g in gathered),  # type: ignore[index]
+            "check_s": max(g[1] for g in gathered),  # type: ignore[index]
+            "checks_rank0": gathered[0][2],  # type: ignore[index]
+            "check_median_ms": statistics.median(g[3] for g in gathered) * 1e3,  # type: ignore[index]
             "rows": len(state.rows),
             "digest_cold_ms": cold * 1e3,
             "digest_warm_ms": warm * 1e3,
             "installed": fl_patch.is_installed(),
+            "loadavg": os.getloadavg()[0],
         }
         print("BENCH" + json.dumps(record), flush=True)
     parallel_state.destroy_model_parallel()

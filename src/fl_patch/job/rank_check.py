@@ -33,8 +33,9 @@ part. A program that created its default group before its first megatron import
 rank creates (megatron's ``initialize_model_parallel`` is one), among all ranks.
 The MPI backend has no store: not checked.
 
-**What it costs.** Six store operations per member and group, and the wait for the
-slowest member (``bench/rank_check.py``; numbers in docs/activation.md).
+**What it costs.** Five small store operations per member and group (a digest, not the
+rows: those are sent only when the digests differ), and the wait for the slowest member
+(``bench/rank_check.py``; numbers in docs/activation.md).
 """
 
 from __future__ import annotations
@@ -133,29 +134,46 @@ def check_group(
     prefix = prefix or _key_prefix(label)
     size = len(members)
     me_info = json.dumps({"digest": state.digest, "host": socket.gethostname(), "pid": os.getpid()})
-    store.set(f"{prefix}state/{state.digest}", state.to_json())
     store.set(f"{prefix}rank/{me}", me_info)
     store.add(f"{prefix}digest/{state.digest}", 1)
     if store.add(f"{prefix}arrived", 1) == size:
         store.set(f"{prefix}complete", "1")
-    try:
-        store.wait([f"{prefix}complete"], timedelta(seconds=timeout_s))
-    except RuntimeError:  # torch's DistStoreError (a RuntimeError) on timeout
+    if not _wait(store, f"{prefix}complete", timeout_s):
         present = [m for m in members if store.check([f"{prefix}rank/{m}"])]
         missing = [m for m in members if m not in present]
-        if missing:
-            lead = bool(present) and me == min(present)
-            message = _missing_message(label, members, present, missing, timeout_s)
-            summary = f"fl_patch: {rank_ranges(missing)} of the {_group_text(label, size)} did not take part in the rank check"
-            raise CheckFailed(message, lead, store, f"{prefix}told", summary) from None
-        raise
+        if not missing:  # every member wrote its key, yet the count never completed: not a verdict on any rank
+            raise RuntimeError(f"the rank check's wait timed out after {timeout_s:g} s with every member present")
+        lead = bool(present) and me == min(present)
+        message = _missing_message(label, members, present, missing, timeout_s)
+        summary = (
+            f"fl_patch: {rank_ranges(missing)} of the {_group_text(label, size)} did not take part in the rank check"
+        )
+        raise CheckFailed(message, lead, store, f"{prefix}told", summary)
     if store.add(f"{prefix}digest/{state.digest}", 0) == size:
-        return  # every member has this digest
+        return  # every member has this digest: five small store operations, no state sent
+    # They differ: now each member sends its rows (a few KB), so that every member can say which differ.
+    if not store.check([f"{prefix}state/{state.digest}"]):
+        store.set(f"{prefix}state/{state.digest}", state.to_json())
+    if store.add(f"{prefix}stated", 1) == size:
+        store.set(f"{prefix}stated_all", "1")
+    _wait(store, f"{prefix}stated_all", timeout_s)  # every member is past 'complete': only a death delays this
     infos = {m: json.loads(_decode(store.get(f"{prefix}rank/{m}"))) for m in members}
-    states = {d: PatchState.from_json(store.get(f"{prefix}state/{d}")) for d in {i["digest"] for i in infos.values()}}
+    digests = {i["digest"] for i in infos.values()}
+    states = {
+        d: PatchState.from_json(store.get(f"{prefix}state/{d}")) for d in digests if store.check([f"{prefix}state/{d}"])
+    }
     summary = f"fl_patch: the ranks of the {_group_text(label, size)} do not run the same patches"
     message = _mismatch_message(label, members, me, infos, states)
     raise CheckFailed(message, me == min(members), store, f"{prefix}told", summary)
+
+
+def _wait(store: Any, key: str, timeout_s: float) -> bool:
+    """Whether ``key`` was set within ``timeout_s`` (torch raises its DistStoreError, a RuntimeError, on timeout)."""
+    try:
+        store.wait([key], timedelta(seconds=timeout_s))
+    except RuntimeError:
+        return False
+    return True
 
 
 def _group_text(label: str, size: int) -> str:
@@ -177,7 +195,7 @@ def _missing_message(
 def _mismatch_message(
     label: str, members: Sequence[int], me: int, infos: dict[int, dict[str, Any]], states: dict[str, PatchState]
 ) -> str:
-    per_rank = {m: states[infos[m]["digest"]].rows for m in members}
+    per_rank = {m: states[infos[m]["digest"]].rows for m in members if infos[m]["digest"] in states}
     rows = merge(per_rank)
     differ = [row for row in rows if not row.same]
     if me != min(members):
