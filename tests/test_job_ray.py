@@ -58,6 +58,9 @@ def cluster() -> Iterator[str]:
     env = {k: v for k, v in clean_env().items() if not k.startswith("FL_PATCH")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(JOB)])
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # No token: Ray 2.5x writes one to ~/.ray/auth_token at a local ray.init() and then requires it of every
+    # cluster started after; these tests touch nothing outside their own directories.
+    env["RAY_AUTH_MODE"] = "disabled"
     temp = tempfile.mkdtemp(prefix="rj46_", dir="/tmp")  # short: Ray's unix socket paths must fit
     port = _free_port()
     args = [str(RAY), "start", "--head", "--block", "--port", str(port), "--num-cpus", "4", "--temp-dir", temp]
@@ -86,6 +89,7 @@ def cluster() -> Iterator[str]:
 def _driver(cluster: str, mode: str, tmp_path: Path) -> tuple[dict[str, object], subprocess.CompletedProcess[str]]:
     out = tmp_path / f"{mode}.json"
     env = clean_env(PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(JOB)]), PYTHONWARNINGS="ignore")
+    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")  # (see the cluster fixture)
     args = [sys.executable, "-m", "fl_patch", str(JOB / "ray_job.py"), cluster, mode, str(out), str(tmp_path)]
     proc = subprocess.run(args, env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=400)
     seen = f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-6000:]}"
@@ -105,6 +109,14 @@ def test_actors_started_without_fl_patch_run_unpatched_and_the_driver_is_told_on
     assert all(s["user_var"] == "kept" and s["user_hook"] == "ran" for s in states), states  # type: ignore[index,union-attr]
     assert proc.stderr.count(TOLD) == 1, proc.stderr[-4000:]  # two actors, one message
     assert "actor Probe" in proc.stderr and "fl_patch.job.ray.runtime_env" in proc.stderr
+
+
+def test_a_driver_that_starts_its_own_cluster_gives_its_workers_its_environment(tmp_path: Path) -> None:
+    """``ray.init()`` with no cluster to join: the raylet is this driver's child, its workers are patched, nothing said."""
+    result, proc = _driver("", "local", tmp_path)
+    (state,) = result["states"]  # type: ignore[misc]
+    assert state["active"] and state["bootstrap_on_pythonpath"], state  # type: ignore[index]
+    assert TOLD not in proc.stderr, proc.stderr[-3000:]
 
 
 def _trained(result: dict[str, object]) -> list[float]:

@@ -143,7 +143,9 @@ def _cluster_started_here_with_bootstrap() -> bool:
 
     worker = sys.modules.get("ray._private.worker")
     node = getattr(worker, "_global_node", None)
-    if node is None or getattr(node, "_connect_only", True) or not getattr(node, "head", False):
+    # ray.init() that started the cluster made its node with ray_init_cluster=True and started its processes;
+    # one that joined a cluster (connect_only) started none.
+    if node is None or not (getattr(node, "ray_init_cluster", False) or getattr(node, "all_processes", None)):
         return False
     entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     return any(entry and os.path.realpath(entry) == bootstrap_dir() for entry in entries)

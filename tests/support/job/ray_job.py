@@ -1,6 +1,6 @@
 """A Ray driver for tests/test_job_ray.py: ``python -m fl_patch ray_job.py ADDRESS MODE OUT.json [LOG_DIR]``.
 
-MODE: ``plain`` (no runtime_env: two probes), ``fl`` (fl_patch's runtime_env merged into the user's;
+MODE: ``local`` (no address: this driver starts its own cluster; a probe), ``plain`` (no runtime_env: two probes), ``fl`` (fl_patch's runtime_env merged into the user's;
 two trainers at TP=2), ``verl`` (the same through a veRL-style worker group: a placement group,
 per-actor env_vars with RANK / MASTER_ADDR, rank 0's address through a named register center),
 ``odd`` (as ``fl``, rank 1's actor with FL_PATCH_DISABLE set: other patches).
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import tempfile
 
 import ray
 from ray.util.placement_group import placement_group
@@ -32,7 +33,11 @@ def free_port() -> int:
 
 
 user_env = {"env_vars": {"JOB_USER_VAR": "kept"}, "worker_process_setup_hook": "job_ray_hooks.user_hook"}
-if mode == "plain":
+if mode == "local":  # this driver starts the cluster itself: its raylet, so its workers, inherit its environment
+    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="rjl_", dir="/tmp"))
+    result = {"states": ray.get([Probe.remote().state.remote()])}
+    ray.shutdown()
+elif mode == "plain":
     ray.init(address=address, runtime_env=user_env)
     probes = [Probe.remote() for _ in range(2)]
     result = {"states": ray.get([p.state.remote() for p in probes])}
