@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -84,6 +85,7 @@ def cluster() -> Iterator[str]:
                 pass
         head.wait(30)
         log.close()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _driver(cluster: str, mode: str, tmp_path: Path) -> tuple[dict[str, object], subprocess.CompletedProcess[str]]:

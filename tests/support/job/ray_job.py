@@ -9,6 +9,7 @@ per-actor env_vars with RANK / MASTER_ADDR, rank 0's address through a named reg
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import sys
 import tempfile
@@ -34,9 +35,11 @@ def free_port() -> int:
 
 user_env = {"env_vars": {"JOB_USER_VAR": "kept"}, "worker_process_setup_hook": "job_ray_hooks.user_hook"}
 if mode == "local":  # this driver starts the cluster itself: its raylet, so its workers, inherit its environment
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="rjl_", dir="/tmp"))
+    temp = tempfile.mkdtemp(prefix="rjl_", dir="/tmp")  # short: Ray's unix socket paths must fit
+    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=temp)
     result = {"states": ray.get([Probe.remote().state.remote()])}
     ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
 elif mode == "plain":
     ray.init(address=address, runtime_env=user_env)
     probes = [Probe.remote() for _ in range(2)]
