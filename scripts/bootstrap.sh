@@ -15,7 +15,7 @@ want=$(cat pyproject.toml scripts/bootstrap.sh scripts/triton-cpu.sh | sha256sum
 # The check reads installed versions only: importing megatron.core without fl_patch fails on
 # a CPU-only torch (no triton), and importing torch costs a second on every run.
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VENV/bin/python" -c \
-  "import importlib.metadata as m; [m.version(d) for d in ('torch', 'megatron-core', 'fl-patch', 'pytest')]" \
+  "import importlib.metadata as m; [m.version(d) for d in ('torch', 'megatron-core', 'fl-patch', 'pytest', 'ray')]" \
   2>/dev/null; then
   exit 0
 fi
@@ -42,7 +42,8 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
 fi
 "${pip[@]}" numpy "packaging>=24.2"
 "${pip[@]}" --ignore-requires-python "megatron-core==${FL_PATCH_MEGATRON_CORE:-0.19.2}"
-"${pip[@]}" --ignore-requires-python -e ".[test,train]"
+# ray: tests/test_job_ray.py runs fl_patch's Ray support on a local Ray cluster (the job's extra).
+"${pip[@]}" --ignore-requires-python -e ".[test,train,ray]"
 # Wheels of other supported megatron-core releases, for `--check --against` in the tests
 # (tests/test_versions.py): downloaded, never installed (2 MB each).
 mkdir -p .cache/wheels
@@ -50,6 +51,14 @@ for v in ${FL_PATCH_AGAINST_WHEELS:-0.17.1 0.18.2}; do
   ls .cache/wheels/megatron_core-"$v"-*.whl >/dev/null 2>&1 \
     || "$VENV/bin/python" -m pip download -q --no-deps --ignore-requires-python -d .cache/wheels "megatron-core==$v"
 done
+# Open MPI's mpirun, for the test that runs fl_patch's rank check under it (tests/test_job_launchers.py; it skips
+# without). Best effort, and only where this script runs as root with apt (CI, the dev machines): Debian's
+# openmpi-bin. FL_PATCH_NO_MPI=1 skips it.
+if [ -z "${FL_PATCH_NO_MPI:-}" ] && ! command -v mpirun >/dev/null 2>&1 && [ "$(id -u)" = 0 ] \
+  && command -v apt-get >/dev/null 2>&1; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openmpi-bin; } \
+    >/dev/null 2>&1 || echo "bootstrap: openmpi-bin not installed (the mpirun test will skip)" >&2
+fi
 # Triton for the FlagGems pack's kernels in Triton's CPU interpreter, kept out of .venv
 # (see the script); the interpreter tests skip without it. FL_PATCH_NO_TRITON=1 skips it.
 if [ -z "${FL_PATCH_NO_TRITON:-}" ]; then

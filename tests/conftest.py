@@ -110,6 +110,7 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     monkeypatch.setenv("FL_PATCH_PACKS", "none")
     monkeypatch.setenv("FL_PATCH_ENTRY_POINTS", "0")
     monkeypatch.setenv("FL_PATCH_FLAGSCALE", "0")
+    monkeypatch.setenv("FL_PATCH_RANK_CHECK", "off")  # fl_patch's own registration (job/) left out too
     yield RUNTIME.engine
     _activation._reset_for_tests()
 

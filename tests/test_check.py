@@ -12,7 +12,8 @@ from .conftest import REPO, clean_env
 def fl_patch(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "fl_patch", *args],
-        env=clean_env(FL_PATCH_PACKS="none", **env),
+        # the test's registrations only: no pack, nor fl_patch's own (the rank check's, job/registry.py)
+        env=clean_env(**{"FL_PATCH_PACKS": "none", "FL_PATCH_RANK_CHECK": "off", **env}),
         cwd=str(REPO),
         capture_output=True,
         text=True,
@@ -134,7 +135,7 @@ def test_list_shows_every_registration_without_importing_megatron() -> None:
     assert any(e["source"] == "fl_patch.impls.cpu.registry" for e in entries)  # the packs are listed too
     text = subprocess.run(
         [sys.executable, "-m", "fl_patch", "--list"],
-        env=clean_env(FL_PATCH_PACKS="none", FL_PATCH_REGISTRY="act_check_registry_ok"),
+        env=clean_env(FL_PATCH_PACKS="none", FL_PATCH_RANK_CHECK="off", FL_PATCH_REGISTRY="act_check_registry_ok"),
         cwd=str(REPO),
         capture_output=True,
         text=True,

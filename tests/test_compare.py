@@ -14,13 +14,13 @@ import pytest
 import torch
 
 import fl_patch
-from fl_patch.core.resolve import Kind
 from fl_patch import cli
-from fl_patch.config.settings import DEFAULT_COMPARE_CALLS, ENV, Settings, compare_calls, unrecognised_values
 from fl_patch.compare import wrapper
 from fl_patch.compare.metrics import diff_leaf
 from fl_patch.compare.results import RESULTS, merge
 from fl_patch.compare.run import first_parting, read_log_steps, side_by_side
+from fl_patch.config.settings import DEFAULT_COMPARE_CALLS, ENV, Settings, compare_calls, unrecognised_values
+from fl_patch.core.resolve import Kind
 
 
 # ------------------------------------------------------------------------------------------- verdicts

@@ -27,6 +27,7 @@ FORMS: dict[str, tuple[str, ...]] = {
     ENV.DISABLE: ("megatron.core.x.f", "Cls.meth,mod.f", "a, b"),
     ENV.REPORT_FILE: ("/tmp/fl-report.jsonl",),
     ENV.COMPARE_JSON: ("/tmp/fl-compare.jsonl",),
+    ENV.RANK_CHECK: ("on", "warn", "off", "WARN", "0", "yes"),
 }
 SWITCH_FORMS = (*sorted(_TRUE | _FALSE), "ON", "False", " yes ")
 

@@ -44,6 +44,7 @@ class Runtime:
         self.bootstrap_ran = False  # _startup.activate() ran in this process
         self.child_watch: Any = None  # _children.ChildWatch, once launches are watched
         self.call_counts: Any = None  # _exit_report.CallCounts in report mode
+        self.report_sink: Any = None  # job.report.JobReport: the exit report merged through the job's store
         self.exit_check = False  # _strict's exit check registered
         self.flagscale_configured = False  # the engine asks a FlagScale tree's platform detection
         self._registry: Registry | None = None

@@ -61,6 +61,9 @@ def _load_deferred_sources() -> None:
             _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems, done=_entry_points_loaded)
         if settings.flagscale_tree:
             _flagscale.load_tree(RUNTIME.registry, RUNTIME.problems, engine, hooked=engine.installed)
+        if settings.rank_check != "off":
+            # fl_patch's own registration: ranks compare their patches as process groups are created (job/).
+            _sources.import_source("fl_patch.job.registry", "rank check", RUNTIME.registry, RUNTIME.problems)
     except BaseException:
         # Interrupted (Ctrl-C, the program's signal handler, a strict error) and the program may
         # go on: what did not load yet loads at the next trigger, instead of never (the engine
@@ -310,7 +313,9 @@ def _reset_for_tests() -> None:
     # A registry module registers when its body runs: forget the packs' (and the
     # sub-registries they import) so the next install() runs them again; user registry
     # modules are the test's own business.
-    for name in [n for n in sys.modules if n.startswith("fl_patch.impls.") and n.endswith("registry")]:
+    for name in [
+        n for n in sys.modules if n.startswith(("fl_patch.impls.", "fl_patch.job.")) and n.endswith("registry")
+    ]:
         del sys.modules[name]
 
 

@@ -12,9 +12,9 @@ import atexit
 import sys
 from typing import Any
 
-from fl_patch.runtime import RUNTIME
-from fl_patch.config.settings import Settings
 from fl_patch.compare import wrapper
+from fl_patch.config.settings import Settings
+from fl_patch.runtime import RUNTIME
 
 __all__ = ["disable", "enable", "report_now"]
 

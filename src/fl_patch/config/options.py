@@ -160,6 +160,13 @@ OPTIONS: tuple[Option, ...] = (
         variable=ENV.CHILDREN,
         value="0",
     ),
+    Option(
+        ("--rank-check",),
+        "set",
+        "ranks whose patches differ stop the job at its process group's creation (on), are a warning (warn), or are not compared (off)",
+        variable=ENV.RANK_CHECK,
+        metavar="on|warn|off",
+    ),
     Option(("--in-process",), "local", "run the program in this interpreter (runpy), not a fresh one"),
     Option((), "env", "fl_patch does nothing at all (also 0, false, no, off)", variable=ENV.ENABLED, value="0"),
     Option((), "env", "set by the launcher: the bootstrap directory it put on PYTHONPATH", variable=ENV.BOOTSTRAP),
@@ -170,6 +177,18 @@ OPTIONS: tuple[Option, ...] = (
         "env",
         "set by fl-patch compare: each process appends its training steps' loss and grad norm to PATH",
         variable=ENV.COMPARE_STEPS,
+    ),
+    Option(
+        (),
+        "env",
+        "seconds the rank check waits for every rank of a group (default 300)",
+        variable=ENV.RANK_CHECK_TIMEOUT,
+    ),
+    Option(
+        (),
+        "env",
+        "set by fl_patch.job.ray.runtime_env: the Ray worker setup hook to run after fl_patch's",
+        variable=ENV.RAY_NEXT_HOOK,
     ),
 )
 

@@ -51,6 +51,9 @@ class ENV:
     COMPARE = "FL_PATCH_COMPARE"  # N: the first N calls of each patch also run upstream's original, compared
     COMPARE_JSON = "FL_PATCH_COMPARE_JSON"  # a path: append the compare records there as JSON lines (implies COMPARE)
     COMPARE_STEPS = "FL_PATCH_COMPARE_STEPS"  # set by `fl-patch compare`: append each step's loss and grad norm there
+    RANK_CHECK = "FL_PATCH_RANK_CHECK"  # "warn" / "off": ranks whose patches differ are a warning / not compared (job/)
+    RANK_CHECK_TIMEOUT = "FL_PATCH_RANK_CHECK_TIMEOUT"  # seconds the rank check waits for every rank (default 300)
+    RAY_NEXT_HOOK = "FL_PATCH_RAY_NEXT_HOOK"  # set by fl_patch.job.ray.runtime_env: the user's own Ray setup hook
 
 
 _SWITCHES = (
@@ -221,9 +224,42 @@ def read_list(variable: str, raw: str) -> tuple[tuple[str, ...], list[str]]:
 
 
 def malformed_values(environ: Mapping[str, str] | None = None) -> list[str]:
-    """A message for each malformed item of every list variable set in ``environ``."""
+    """A message for each malformed item of every list variable set in ``environ`` (and the rank check's two)."""
     env = os.environ if environ is None else environ
-    return [message for variable in _ITEM_FORMS for message in read_list(variable, env.get(variable, ""))[1]]
+    found = [message for variable in _ITEM_FORMS for message in read_list(variable, env.get(variable, ""))[1]]
+    return found + [m for m in (rank_check_mode(env)[1], rank_check_timeout(env)[1]) if m]
+
+
+RANK_CHECK_MODES = ("on", "warn", "off")
+RANK_CHECK_TIMEOUT_S = 300.0
+
+
+def rank_check_mode(environ: Mapping[str, str]) -> tuple[str, str | None]:
+    """``FL_PATCH_RANK_CHECK``: on (unset, or a switch's on word), warn, off (a switch's off word); and a message for a bad value."""
+    raw = environ.get(ENV.RANK_CHECK, "").strip().lower()
+    if raw in RANK_CHECK_MODES:
+        return raw, None
+    if not raw or raw in _TRUE:
+        return "on", None
+    if raw in _FALSE:
+        return "off", None
+    return "on", f"fl_patch: {ENV.RANK_CHECK}={raw!r} is not on, warn or off: taken as on"
+
+
+def rank_check_timeout(environ: Mapping[str, str]) -> tuple[float, str | None]:
+    """``FL_PATCH_RANK_CHECK_TIMEOUT`` in seconds (default 300); and a message for a value that is not a positive number."""
+    raw = environ.get(ENV.RANK_CHECK_TIMEOUT, "").strip()
+    if not raw:
+        return RANK_CHECK_TIMEOUT_S, None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value > 0:
+        return value, None
+    return RANK_CHECK_TIMEOUT_S, (
+        f"fl_patch: {ENV.RANK_CHECK_TIMEOUT}={raw!r} is not a positive number of seconds: {RANK_CHECK_TIMEOUT_S:g} is used"
+    )
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -293,6 +329,8 @@ class Settings:
         "flagscale_tree",
         "packs",
         "prefer",
+        "rank_check",
+        "rank_check_timeout",
         "registry_modules",
         "report_at_exit",
         "report_file",
@@ -320,6 +358,8 @@ class Settings:
         compare_calls: int = 0,
         compare_json: str | None = None,
         compare_steps: str | None = None,
+        rank_check: str = "on",
+        rank_check_timeout: float = RANK_CHECK_TIMEOUT_S,
     ) -> None:
         self.enabled = enabled
         self.strict = strict
@@ -337,6 +377,8 @@ class Settings:
         self.compare_calls = compare_calls  # 0: compare mode off, no wrapper installed
         self.compare_json = compare_json
         self.compare_steps = compare_steps
+        self.rank_check = rank_check  # on / warn / off (job/rank_check.py)
+        self.rank_check_timeout = rank_check_timeout
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in sorted(self.__slots__))
@@ -370,6 +412,8 @@ class Settings:
             compare_calls=_compare_calls(env),
             compare_json=env.get(ENV.COMPARE_JSON, "").strip() or None,
             compare_steps=env.get(ENV.COMPARE_STEPS, "").strip() or None,
+            rank_check=rank_check_mode(env)[0],
+            rank_check_timeout=rank_check_timeout(env)[0],
         )
 
 

@@ -3,7 +3,8 @@
 A child is often started through a program that runs another one: ``env [-i] [-u NAME]
 [VAR=value]... cmd``, ``timeout [options] DURATION cmd``, ``nice [-n N] cmd``, ``nohup``,
 ``stdbuf``, ``taskset``, ``numactl``, ``ionice``, ``setsid``, ``chrt``, ``time``, ``sudo``,
-a shell's ``exec``/``command``. Judging only the first word of the command line missed the
+a shell's ``exec``/``command``; and the cluster launchers ``srun`` (``--export``), ``mpirun`` /
+``mpiexec`` (``-x``, ``-genv``, ``-genvnone``) and ``ssh`` (the remote host's environment). Judging only the first word of the command line missed the
 Python child behind them, so a child that ``env -i`` (or ``sudo`` without ``-E``) cut off
 from fl_patch was not named. :func:`unwrap` reads each wrapper's own options by the rules
 of its manual page (which take a value, how many positional words come before the
@@ -171,6 +172,136 @@ def _exec(args: list[str], environ: Environ, explicit: bool) -> Unwrapped | None
     return rest, environ, explicit
 
 
+def _words_options(
+    args: list[str], one: frozenset[str], two: frozenset[str] = frozenset()
+) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """Options given as whole words (``-np 4``, ``--mca k v``, ``--export=NONE``, ``-n4``), up to the command.
+
+    For launchers whose single-dash options are words (``-np``, ``-hostfile``), not bundled
+    letters. ``one``: options that take a value, ``two``: options that take two. Returns the
+    command's words and each option seen with its values.
+    """
+    seen: list[tuple[str, list[str]]] = []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            i += 1
+            break
+        if not word.startswith("-") or word == "-":
+            break
+        name, eq, value = word.partition("=")
+        if eq:
+            seen.append((name, [value]))
+            i += 1
+        elif word in two:
+            seen.append((word, args[i + 1 : i + 3]))
+            i += 3
+        elif word in one:
+            seen.append((word, args[i + 1 : i + 2]))
+            i += 2
+        elif len(word) > 2 and word[1] != "-" and word[:2] in one:
+            seen.append((word[:2], [word[2:]]))  # -n4, -Jname
+            i += 1
+        else:
+            seen.append((word, []))
+            i += 1
+    return args[i:], seen
+
+
+_SRUN_VALUE = _options(
+    *("-A", "-b", "-c", "-C", "-D", "-d", "-e", "-G", "-i", "-J", "-L", "-m", "-M", "-n", "-N", "-o", "-p", "-q"),
+    *("-S", "-t", "-T", "-w", "-W", "-x"),
+    *("--account", "--begin", "--cpus-per-task", "--constraint", "--chdir", "--dependency", "--error", "--gpus"),
+    *("--input", "--job-name", "--licenses", "--distribution", "--clusters", "--ntasks", "--nodes", "--output"),
+    *("--partition", "--qos", "--core-spec", "--time", "--threads", "--nodelist", "--wait", "--exclude"),
+    *("--mem", "--mem-per-cpu", "--mem-per-gpu", "--gres", "--mpi", "--export", "--ntasks-per-node"),
+    *("--cpu-bind", "--gpus-per-task", "--gpus-per-node", "--gpu-bind", "--het-group", "--jobid", "--reservation"),
+    *("--comment", "--mail-type", "--mail-user", "--network", "--nice", "--prolog", "--epilog"),
+    *("--task-prolog", "--task-epilog", "--signal", "--time-min", "--tmp", "--uid", "--gid", "--container"),
+)
+
+
+def _srun(args: list[str], environ: Environ, explicit: bool) -> Unwrapped | None:
+    """``srun [options] cmd``: each task gets the submitting environment, or what ``--export`` says.
+
+    ``--export=NONE`` gives the task none of it (only Slurm's own ``SLURM_*``), ``--export=A,B=1``
+    only those, ``--export=ALL,B=1`` all of it and more; ``SLURM_EXPORT_ENV`` is the default.
+    ``--multi-prog`` runs the commands of a file: not judged.
+    """
+    rest, seen = _words_options(args, _SRUN_VALUE)
+    names = {name for name, _ in seen}
+    if "--multi-prog" in names or not rest:
+        return None
+    export = next((values[0] for name, values in seen if name == "--export" and values), None)
+    export = export if export is not None else environ.get("SLURM_EXPORT_ENV")
+    if export is None or export.strip().upper() in ("", "ALL"):
+        return rest, environ, explicit
+    items = [item.strip() for item in export.split(",") if item.strip()]
+    env: Environ = dict(environ) if any(item.upper() == "ALL" for item in items) else {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if name.upper() in ("ALL", "NONE", "NIL"):
+            continue
+        if eq:
+            env[name] = value
+        elif name in environ:
+            env[name] = environ[name]
+    env.update({k: v for k, v in environ.items() if k.startswith("SLURM_")})
+    return rest, env, True
+
+
+_MPI_VALUE = _options(
+    *("-n", "-np", "-c", "--np", "-H", "-host", "--host", "-hostfile", "--hostfile", "-machinefile"),
+    *("--machinefile", "--map-by", "-map-by", "--bind-to", "-bind-to", "--rank-by", "-rank-by", "-x"),
+    *("-wdir", "--wdir", "-wd", "-cwd", "--prefix", "-N", "--npernode", "-npernode", "--output-filename"),
+    *("--tune", "-f", "-hosts", "-ppn", "-genvlist", "-envlist", "-launcher", "-bootstrap", "-iface"),
+    *("-rmk", "-profile", "--personality", "--runtime-options", "--display", "--timeout", "-timeout"),
+)
+_MPI_TWO = _options("--mca", "-mca", "--gmca", "-gmca", "--prtemca", "-genv", "-env")
+
+
+def _mpirun(args: list[str], environ: Environ, explicit: bool) -> Unwrapped | None:
+    """``mpirun`` / ``mpiexec`` (Open MPI, MPICH's Hydra, Intel MPI): local ranks get this environment.
+
+    ``-x NAME=value`` / ``-genv NAME value`` / ``-env NAME value`` set a variable for the
+    ranks; ``-genvnone`` passes none of the environment (Hydra). Ranks on other hosts get
+    the variables their launcher forwards; what a local rank gets is judged. ``--app`` /
+    ``-configfile`` run the commands of a file: not judged.
+    """
+    rest, seen = _words_options(args, _MPI_VALUE, _MPI_TWO)
+    env = dict(environ)
+    for name, values in seen:
+        if name in ("--app", "-configfile", "--configfile"):
+            return None
+        if name == "-genvnone":
+            env, explicit = {}, True
+        elif name == "-x" and values and "=" in values[0]:
+            key, _, value = values[0].partition("=")
+            env[key], explicit = value, True
+        elif name in ("-genv", "-env") and len(values) == 2:
+            env[values[0]], explicit = values[1], True
+    if not rest:
+        return None
+    return rest, env, explicit
+
+
+_SSH_VALUE = _options(*(f"-{letter}" for letter in "BbcDEeFIiJLlmOopQRSWw"))
+
+
+def _ssh(args: list[str], environ: Environ, explicit: bool) -> Unwrapped | None:
+    """``ssh [options] host command...``: the command runs on that host, in its shell, with that host's environment.
+
+    None of this process's environment goes with it (only ``SendEnv`` names, locale
+    variables), so a Python started there is reached only if that host's own environment
+    (or the command line, ``PYTHONPATH=... python``) activates fl_patch.
+    """
+    rest, _ = _skip_options(args, _SSH_VALUE, positionals=1)
+    if not rest:
+        return None  # an interactive login: no command to judge
+    return ["sh", "-c", " ".join(rest)], {}, True
+
+
 WRAPPERS: Mapping[str, _Parser] = {
     "env": _env,
     "timeout": _plain(_options("-s", "-k", "--signal", "--kill-after"), positionals=1),
@@ -214,6 +345,14 @@ WRAPPERS: Mapping[str, _Parser] = {
     "exec": _exec,
     "command": _plain(_options(), no_command=_options("-v", "-V")),
     "builtin": _plain(_options()),
+    # cluster launchers (issue 46): their ranks are this process's children on this host
+    "srun": _srun,
+    "mpirun": _mpirun,
+    "mpiexec": _mpirun,
+    "orterun": _mpirun,
+    "prterun": _mpirun,
+    "mpiexec.hydra": _mpirun,
+    "ssh": _ssh,
 }
 """Each wrapper's parser: its arguments after its name -> the command it runs, or None for none."""
 

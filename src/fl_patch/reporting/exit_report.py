@@ -164,10 +164,12 @@ def counted_records(records: list[PatchRecord]) -> list[PatchRecord]:
 
 
 def _process_label() -> str:
+    from fl_patch.job.ranks import process_rank  # standard library only: RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK...
+
     label = f"pid {os.getpid()}"
-    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if rank is not None:
-        label += f", rank {rank}" + (f" of {world}" if world else "")
+    rank = process_rank().label()
+    if rank:
+        label += f", {rank}"
     argv = getattr(sys, "argv", None) or ["?"]
     return f"{label}, {os.path.basename(str(argv[0])) or argv[0]}"
 
@@ -248,6 +250,8 @@ def _report_at_exit() -> None:
         records = counted_records(engine.records(detect=False))
         if settings.report_file:
             _append_json(settings.report_file, records)
+        elif RUNTIME.report_sink is not None and RUNTIME.report_sink(records):
+            pass  # a rank of a job: rank 0 prints the job's merged report (fl_patch.job.report)
         else:
             stream = sys.stderr
             if stream is not None and not stream.closed:
@@ -360,9 +364,13 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 
 def _append_json(path: str, records: list[PatchRecord]) -> None:
+    from fl_patch.job.ranks import process_rank
+
+    rank = process_rank()
     entry = {
         "pid": os.getpid(),
-        "rank": os.environ.get("RANK"),
+        "rank": None if rank.rank is None else str(rank.rank),
+        "rank_source": rank.source,
         "argv": redact_argv([str(a) for a in getattr(sys, "argv", [])]),
         "records": [r.as_dict() for r in records],
     }
