@@ -35,11 +35,12 @@ if TYPE_CHECKING:
     from fl_patch.core.errors import FlPatchError, FlPatchWarning
     from fl_patch.core.paths import method_key
     from fl_patch.core.records import PatchRecord, Status
-    from fl_patch.core.registration import Registration
+    from fl_patch.core.registration import PatchDoc, Registration
 
 __all__ = [
     "FlPatchError",
     "FlPatchWarning",
+    "PatchDoc",
     "PatchRecord",
     "Registration",
     "Status",
@@ -97,6 +98,10 @@ def _take_cwd_off_the_path() -> str | None:
 
 
 _LAUNCHER_CWD_ENTRY = _take_cwd_off_the_path()
+
+# The process state (registry, engine, ...): cheap to import, its parts are built on first use.
+from fl_patch.runtime import RUNTIME  # noqa: E402  (after the cwd is off the path: it imports os only)
+
 """The ``sys.path`` entry ``python -m fl_patch`` started with and the launcher took off (or None)."""
 
 # The rest of the API is imported on first use (PEP 562): the bootstrap sitecustomize
@@ -107,6 +112,7 @@ _LAZY = {
     "FlPatchError": "fl_patch.core.errors",
     "FlPatchWarning": "fl_patch.core.errors",
     "PatchRecord": "fl_patch.core.records",
+    "PatchDoc": "fl_patch.core.registration",
     "Registration": "fl_patch.core.registration",
     "Status": "fl_patch.core.records",
     "install": "fl_patch.activation.install",
@@ -130,14 +136,14 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-def _process_state() -> Any:
-    from fl_patch.runtime import RUNTIME
-
-    return RUNTIME
-
-
 def register(
-    target: str, impl: object, vendor: str = "default", *, create: bool = False, requires: str | None = None
+    target: str,
+    impl: object,
+    vendor: str = "default",
+    *,
+    create: bool = False,
+    requires: str | None = None,
+    doc: PatchDoc | None = None,
 ) -> Registration:
     """Register ``impl`` to replace ``target`` when ``vendor`` is chosen.
 
@@ -149,9 +155,11 @@ def register(
     and vendor again replaces the earlier registration, with a warning.
     ``requires="megatron-core>=0.19,<0.21"`` gates it on an installed version: outside the
     range it is not applied and is listed as "not for this version" (``fl_patch.core.gates``).
+    ``doc=PatchDoc(why=..., how=..., upstream=..., remove_when=...)`` says why the patch exists
+    (``fl-patch --list --why``).
     """
     caller = sys._getframe(1)
-    return _process_state().registry.register(
+    return RUNTIME.registry.register(
         target,
         impl,
         vendor,
@@ -159,6 +167,7 @@ def register(
         create=create,
         where=(caller.f_code.co_filename, caller.f_lineno),
         requires=requires,
+        doc=doc,
     )
 
 
@@ -172,12 +181,12 @@ def original(target: str) -> Any:
     Works before the patch is installed, after, under ``--report`` and after
     ``uninstall()`` alike; raises ``LookupError`` while the target's module is not imported.
     """
-    return _process_state().engine.original(target)
+    return RUNTIME.engine.original(target)
 
 
 def report() -> list[PatchRecord]:
     """One record per registration, with its status (applied, waiting, ...)."""
-    return _process_state().engine.records()
+    return RUNTIME.engine.records()
 
 
 def is_active() -> bool:

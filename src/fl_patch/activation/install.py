@@ -142,13 +142,13 @@ def _configure(settings: Settings) -> None:
         engine.vendor_choice.add_hint(_flagscale_platform)
     modes = _import_modes(settings)
     if "strict" in modes:  # before the report's: atexit runs the report first, then this check
-        modes["strict"].arm()  # type: ignore[attr-defined]
+        modes["strict"].arm()
     if "report" in modes:
-        modes["report"].enable()  # type: ignore[attr-defined]
+        modes["report"].enable()
     else:
         _stop_counting(engine)
     if "compare" in modes:
-        modes["compare"].enable(settings)  # type: ignore[attr-defined]
+        modes["compare"].enable(settings)
     else:
         _stop_comparing(engine)
 

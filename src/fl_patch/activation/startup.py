@@ -39,7 +39,7 @@ from importlib.machinery import ModuleSpec
 try:
     from importlib.machinery import NamespaceLoader as _NamespaceLoader  # Python 3.11+
 except ImportError:  # Python 3.10
-    from importlib._bootstrap_external import _NamespaceLoader  # type: ignore[attr-defined,no-redef]
+    from importlib._bootstrap_external import _NamespaceLoader
 from types import ModuleType
 from typing import Any
 
@@ -125,7 +125,7 @@ class _ImportStatementHook:
                 if is_stop_request(exc):
                     trigger.armed = True
                 raise
-        return self.previous(name, globals, locals, fromlist, level)  # type: ignore[no-any-return]
+        return self.previous(name, globals, locals, fromlist, level)
 
     def withdraw(self) -> None:
         if builtins.__import__ is self:
@@ -187,7 +187,7 @@ class _InstallingLoader:
         """The patching finder is in place now: its loader runs the body and patches it."""
         if self._finder is None:
             return
-        plain = ModuleSpec(self.fullname, self.real_loader, origin=spec.origin)  # type: ignore[arg-type]
+        plain = ModuleSpec(self.fullname, self.real_loader, origin=spec.origin)
         plain.submodule_search_locations = spec.submodule_search_locations
         hooked = self._finder.hooked(self.fullname, plain)  # type: ignore[attr-defined]
         if hooked is not None and hooked.loader is not None:
@@ -216,13 +216,13 @@ class _InstallingLoader:
             return
         # Everyone after sees the real loader (inspect.getsource, resources), as without fl_patch.
         if getattr(module, "__loader__", None) is self and not self.namespace:
-            module.__loader__ = self.real_loader  # type: ignore[assignment]
+            module.__loader__ = self.real_loader
         if getattr(module.__spec__, "loader", None) is self and not self.namespace:
             module.__spec__.loader = self.real_loader  # type: ignore[union-attr]
         if self.namespace:
             # The loader CPython gives a namespace package when its spec has none (as _bootstrap does).
             loader = _NamespaceLoader.__new__(_NamespaceLoader)
-            loader._path = module.__spec__.submodule_search_locations  # type: ignore[union-attr]
+            loader._path = module.__spec__.submodule_search_locations  # type: ignore[attr-defined, union-attr]
             module.__loader__ = module.__spec__.loader = loader  # type: ignore[union-attr]
             self._install()
             return

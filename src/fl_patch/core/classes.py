@@ -146,7 +146,7 @@ def _redirecting_new(original: type, impl: type, previous: object, signature: in
             cls = impl
         if own_new is not None:
             return own_new(cls, *args, **kwargs)
-        following = super(original, cls).__new__
+        following = super(original, cls).__new__  # type: ignore[arg-type]  # (original is a class: mypy reads it as a value)
         if following is object_new:
             # object.__new__ refuses extra arguments once a class defines __new__ (this one does)
             return following(cls)

@@ -151,7 +151,7 @@ class AppliedPatch:
         except TypeError:
             return False
         if self.redirected:
-            return current is self.installed and _classes.redirect_in_place(self.installed, self.class_changes)  # type: ignore[arg-type]
+            return current is self.installed and _classes.redirect_in_place(self.installed, self.class_changes)
         if self.proxy is not None:
             return current is self.proxy and _proxy_target(self.proxy) is self.installed
         return current is self.installed
@@ -214,13 +214,13 @@ def build_replacement(
     else:
         # A builtin, a partial, a callable object for a function target: installed as it is
         # (it has no code of its own to run under the upstream's face).
-        return descriptor(inner) if descriptor is not None else inner  # type: ignore[operator]
+        return descriptor(inner) if descriptor is not None else inner
     if renames:
         function = _renaming(function, renames)
     if wrap is not None:
         function = wrap(target, function, upstream, kind)
     _wear_face(function, upstream, resolved.holder, resolved.name)
-    return descriptor(function) if descriptor is not None else function  # type: ignore[operator]
+    return descriptor(function) if descriptor is not None else function
 
 
 def _copy(function: types.FunctionType) -> types.FunctionType:
@@ -240,7 +240,7 @@ def _method_adapter(impl: object) -> types.FunctionType:
     def method(self: object, *args: object, **kwargs: object) -> object:
         return impl(self, *args, **kwargs)  # type: ignore[operator]
 
-    return method
+    return method  # type: ignore[return-value]  # a def: a FunctionType
 
 
 def _renaming(function: types.FunctionType, renames: dict[str, str]) -> types.FunctionType:
@@ -252,7 +252,7 @@ def _renaming(function: types.FunctionType, renames: dict[str, str]) -> types.Fu
             kwargs = {mapping.get(key, key): value for key, value in kwargs.items()}
         return function(*args, **kwargs)
 
-    return adapter
+    return adapter  # type: ignore[return-value]  # a def: a FunctionType
 
 
 def _wear_face(function: types.FunctionType, upstream: object, holder: object, name: str) -> None:

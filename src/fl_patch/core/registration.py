@@ -11,7 +11,21 @@ from dataclasses import dataclass, field
 from fl_patch.core.gates import Gate, parse_gate
 from fl_patch.core.paths import method_key, parse_target
 
-__all__ = ["Registration", "describe_impl"]
+__all__ = ["PatchDoc", "Registration", "describe_impl"]
+
+
+@dataclass(frozen=True)
+class PatchDoc:
+    """Why a patch exists, the way vllm-ascend's patch index says it: one per registration (or shared
+    by a group of them), read by ``fl-patch --list --why`` and the generated ``docs/patches.md``."""
+
+    why: str  # what upstream does that does not work here (the failure, in one or two sentences)
+    how: str  # what the impl does instead
+    upstream: str  # the upstream file (and release) it replaces, and the upstream PR or issue where one exists
+    remove_when: str  # the condition under which the patch can go (an upstream release, a fix landing, ...)
+
+    def as_dict(self) -> dict[str, str]:
+        return {"why": self.why, "how": self.how, "upstream": self.upstream, "remove_when": self.remove_when}
 
 
 def describe_impl(impl: object) -> str:
@@ -38,6 +52,7 @@ class Registration:
     create: bool = False
     where: tuple[str, int] | None = None  # file and line of the register() call
     requires: str | None = None  # a version gate, "megatron-core>=0.19,<0.21" (core/gates.py)
+    doc: PatchDoc | None = None  # why / how / upstream / when to remove (packs give one for each)
     parts: tuple[str, ...] = field(init=False)
     method_key: str = field(init=False)
     impl_name: str = field(init=False)

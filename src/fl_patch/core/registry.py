@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 from fl_patch.core.errors import warn
 from fl_patch.core.paths import parse_impl_path, parse_vendor
-from fl_patch.core.registration import Registration, describe_impl
+from fl_patch.core.registration import PatchDoc, Registration, describe_impl
 from fl_patch.core.target import Target
 
 __all__ = ["Registration", "Registry", "describe_impl"]
@@ -60,6 +60,7 @@ class Registry:
         create: bool = False,
         where: tuple[str, int] | None = None,
         requires: str | None = None,
+        doc: PatchDoc | None = None,
     ) -> Registration:
         if impl is None:
             raise ValueError(f"fl_patch: invalid impl None for target {target!r}")
@@ -73,6 +74,7 @@ class Registry:
             create=bool(create),
             where=where,
             requires=requires,
+            doc=doc,
         )
         held: list[Registration] | None = getattr(self._held, "pending", None)
         if held is not None:

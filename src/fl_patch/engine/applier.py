@@ -313,7 +313,7 @@ class Applier:
             # The target module was reloaded since the impl module was imported: the impl
             # subclasses the previous class object. Re-import the impl module, so that it
             # subclasses the current one.
-            impl_module = sys.modules.get(impl.__module__)  # type: ignore[attr-defined]
+            impl_module = sys.modules.get(impl.__module__)
             if impl_module is not None:
                 importlib.reload(impl_module)
             impl = _import_impl(registration)

@@ -105,7 +105,7 @@ class CatchUp:
                 self.ledger.mark_processed(name, module)
             targets = self._substitute_and_targets(name, module)
             if targets:
-                batch.append((module, name, targets))  # type: ignore[arg-type]
+                batch.append((module, name, targets))
         return batch
 
     def _substitute_and_targets(self, name: str, module: object) -> list[Target]:

@@ -203,7 +203,7 @@ class Engine:
             linked = _link_to_parent(name, current)
             targets = self.registry.targets_under(name)
             if targets:
-                self.batches.apply([(current, name, targets)], window=name, late=False)  # type: ignore[list-item]
+                self.batches.apply([(current, name, targets)], window=name, late=False)
             self.bindings.record_later(current)
             if self.registry.watches(name):  # only a module that may own targets stores others (see below)
                 self.catch_up.note_unobserved(name)
