@@ -1,4 +1,4 @@
-"""Where registrations come from, and only from there (fl_patch.activation.sources)."""
+"""Where registrations come from, and only from there (fl_patch.sources)."""
 
 from __future__ import annotations
 

@@ -341,9 +341,9 @@ def help_text(prog: str, width: int | None = None) -> str:
 # --------------------------------------------------------------------------------------- main
 def _put_cwd_entry_back() -> None:
     """--list and --check import the user's registry modules here, as python -m would find them (the cwd first)."""
-    import fl_patch
+    from fl_patch.runtime import RUNTIME
 
-    entry, fl_patch._LAUNCHER_CWD_ENTRY = fl_patch._LAUNCHER_CWD_ENTRY, None
+    entry, RUNTIME.launcher_cwd_entry = RUNTIME.launcher_cwd_entry, None
     if entry is not None:
         sys.path.insert(0, entry)
 

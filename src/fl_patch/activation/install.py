@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import types
 
-from fl_patch.activation import sources as _sources
+from fl_patch import sources as _sources
 from fl_patch.compat.flagscale import tree as _flagscale
 from fl_patch.config.settings import (
     ENV,

@@ -7,12 +7,6 @@ of such a module (``module:function``), called to register. ``FL_PATCH_PACKS`` p
 packs by name (default: all).
 """
 
-PACKS: dict[str, str] = {
-    "cpu": "fl_patch.impls.cpu.registry",
-    # The CPU pack's process-wide CUDA-on-CPU transfer (vendor cpu too), a pack of its own so that
-    # FL_PATCH_PACKS=cpu keeps the megatron patches alone; FL_PATCH_CUDA_ON_CPU=0 also turns it off.
-    "cuda_on_cpu": "fl_patch.impls.cpu.cuda_on_cpu_registry:register_pack",
-    "flaggems": "fl_patch.impls.flaggems.registry",
-}
+from fl_patch.sources import PACKS  # the table of shipped packs lives with the other sources
 
 __all__ = ["PACKS"]

@@ -164,7 +164,7 @@ def counted_records(records: list[PatchRecord]) -> list[PatchRecord]:
 
 
 def _process_label() -> str:
-    from fl_patch.job.ranks import process_rank  # standard library only: RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK...
+    from fl_patch.host.ranks import process_rank  # standard library only: RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK...
 
     label = f"pid {os.getpid()}"
     rank = process_rank().label()
@@ -364,7 +364,7 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 
 def _append_json(path: str, records: list[PatchRecord]) -> None:
-    from fl_patch.job.ranks import process_rank
+    from fl_patch.host.ranks import process_rank
 
     rank = process_rank()
     entry = {

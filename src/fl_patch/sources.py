@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, cast
 
 from fl_patch.config.settings import ENV
 from fl_patch.core.errors import is_stop_request
-from fl_patch.impls import PACKS
 
 ENV_LOADING = ENV.LOADING
 
@@ -57,6 +56,18 @@ ENTRY_POINT_GROUP = "fl_patch.registries"
 
 class _Missing(Exception):
     """A registry module that is not on this process's ``sys.path`` (``missing_ok``)."""
+
+
+# The shipped packs, by name (``FL_PATCH_PACKS``): each a registry module under ``fl_patch.impls`` that only
+# calls ``register()`` with strings for its own vendor (or ``module:function``, called to register). Named
+# here by path, never imported until a pack is loaded: the packs are plugins, above every layer.
+PACKS: dict[str, str] = {
+    "cpu": "fl_patch.impls.cpu.registry",
+    # The CPU pack's process-wide CUDA-on-CPU transfer (vendor cpu too), a pack of its own so that
+    # FL_PATCH_PACKS=cpu keeps the megatron patches alone; FL_PATCH_CUDA_ON_CPU=0 also turns it off.
+    "cuda_on_cpu": "fl_patch.impls.cpu.cuda_on_cpu_registry:register_pack",
+    "flaggems": "fl_patch.impls.flaggems.registry",
+}
 
 
 def import_source(
