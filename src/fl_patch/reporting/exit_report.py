@@ -45,11 +45,11 @@ import textwrap
 import threading
 import time
 import types
-from collections.abc import Callable
 from dataclasses import replace
 
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.resolve import Kind
+from fl_patch.host.compiling import is_compiling_function
 from fl_patch.runtime import RUNTIME
 
 __all__ = [
@@ -78,18 +78,6 @@ def _counts() -> CallCounts:
     if RUNTIME.call_counts is None:
         RUNTIME.call_counts = CallCounts()
     return RUNTIME.call_counts
-
-
-def _never_compiling() -> bool:
-    return False
-
-
-def _is_compiling_function() -> Callable[[], bool]:
-    """``torch.compiler.is_compiling`` if torch is loaded (it always is under megatron)."""
-    torch = sys.modules.get("torch")
-    compiler = getattr(torch, "compiler", None)
-    is_compiling = getattr(compiler, "is_compiling", None)
-    return is_compiling if callable(is_compiling) else _never_compiling
 
 
 def _counter_for(target: str) -> itertools.count[int]:
@@ -123,7 +111,7 @@ def make_counter(target: str, function: types.FunctionType, upstream: object, ki
     if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
         return function  # a wrapper would change what inspect says the function is
     counter = _counter_for(target)
-    is_compiling = _is_compiling_function()
+    is_compiling = is_compiling_function()
     impl = function
     tick = counter.__next__
 
