@@ -274,7 +274,10 @@ def test_signature_and_pickle_of_patched_function(plugin):
     patched = clip_grads.get_grad_norm_fp32
     # The patched name shows upstream's signature (its __wrapped__), as any functools.wraps wrapper does.
     assert inspect.signature(patched) == inspect.signature(upstream)
-    assert str(inspect.signature(plugin.get_grad_norm_fp32)) == "(grads_for_norm, norm_type=2, grad_stats_parallel_group=None)"
+    assert (
+        str(inspect.signature(plugin.get_grad_norm_fp32))
+        == "(grads_for_norm, norm_type=2, grad_stats_parallel_group=None)"
+    )
     assert pickle.loads(pickle.dumps(patched)) is patched  # found by name where it is installed
     assert copy.deepcopy(patched) is patched
     assert pickle.loads(pickle.dumps(plugin.get_grad_norm_fp32)) is plugin.get_grad_norm_fp32
