@@ -58,7 +58,7 @@ def _load_deferred_sources() -> None:
             # so that their torch targets are in place before megatron's own modules run.
             _sources.load_packs(None, RUNTIME.registry, RUNTIME.problems)
         if settings.entry_points:
-            _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems, done=_entry_points_loaded)
+            _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems, done=RUNTIME.entry_points_loaded)
         if settings.flagscale_tree:
             _flagscale.load_tree(RUNTIME.registry, RUNTIME.problems, engine, hooked=engine.installed)
         if settings.rank_check != "off":
@@ -70,7 +70,7 @@ def _load_deferred_sources() -> None:
         # dropped this callable before calling it). Sources that did load are not loaded twice.
         engine.defer(_load_deferred_sources)
         raise
-    engine.check_preferred_vendors(already_said=_vendor_typos)
+    engine.check_preferred_vendors(already_said=RUNTIME.vendor_typos)
     _check_disabled_keys(settings)
 
 
@@ -82,8 +82,6 @@ WELL_KNOWN_VENDORS = (
 )  # fmt: skip
 
 
-_vendor_typos: set[str] = set()  # said at start: not said again once every source has loaded
-_entry_points_loaded: set[str] = set()  # "name = value" of each entry point loaded in this process
 
 
 def _check_preferred_near_misses(settings: Settings) -> None:
@@ -91,7 +89,7 @@ def _check_preferred_near_misses(settings: Settings) -> None:
     for vendor in settings.prefer:
         meant = None if vendor in known else closest(vendor, sorted(known))
         if meant is not None:
-            _vendor_typos.add(vendor)
+            RUNTIME.vendor_typos.add(vendor)
             RUNTIME.problems.problem(
                 f"fl_patch: MG_FL_PREFER names vendor {vendor!r}: did you mean {meant!r}? "
                 f"(no vendor {vendor!r} is known; it is ignored)"

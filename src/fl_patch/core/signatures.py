@@ -93,12 +93,11 @@ def compare(target: inspect.Signature, impl: inspect.Signature, *, receiver: boo
 
     # A caller naming the target's parameter at position i means position i: where the impl takes that
     # position by another name, the keyword is passed on under the impl's name (a rename, not an error).
-    for index, param in enumerate(t_pos[: len(i_pos)]):
-        other = i_pos[index]
+    for index, (param, counterpart) in enumerate(zip(t_pos, i_pos)):
         if receiver and index == 0:
             continue
-        if param.kind is other.kind is _P.POSITIONAL_OR_KEYWORD and other.name != param.name:
-            renames[param.name] = other.name
+        if param.kind is counterpart.kind is _P.POSITIONAL_OR_KEYWORD and counterpart.name != param.name:
+            renames[param.name] = counterpart.name
     # The keyword names that reach the impl: the target's, each under the impl's name where renamed.
     reaching = {renames.get(name, name) for name in t_keyword_names}
 

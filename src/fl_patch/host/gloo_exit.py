@@ -37,6 +37,8 @@ import os
 import sys
 import time
 
+from fl_patch.runtime import RUNTIME
+
 __all__ = ["SETTLE_S", "gloo_worker_threads", "settle_gloo_workers_at_exit", "withdraw"]
 
 SETTLE_S = 0.05
@@ -44,7 +46,6 @@ SETTLE_S = 0.05
 
 _GLOO_THREAD = "pt_gloo_runloop"  # the name torch gives each gloo worker (ProcessGroupGloo::runLoop)
 _TASKS = "/proc/self/task"
-_registered = False
 
 
 def gloo_worker_threads() -> int:
@@ -72,15 +73,13 @@ def _settle() -> None:
 
 def settle_gloo_workers_at_exit() -> None:
     """Register the exit handler once per process (at fl_patch's start, before the program's own handlers)."""
-    global _registered
-    if not _registered:
-        _registered = True
+    if not RUNTIME.gloo_exit_registered:
+        RUNTIME.gloo_exit_registered = True
         atexit.register(_settle)
 
 
 def withdraw() -> None:
     """Take the handler out again (``fl_patch.uninstall()`` leaves nothing of fl_patch behind)."""
-    global _registered
-    if _registered:
-        _registered = False
+    if RUNTIME.gloo_exit_registered:
+        RUNTIME.gloo_exit_registered = False
         atexit.unregister(_settle)

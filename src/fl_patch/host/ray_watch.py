@@ -24,6 +24,7 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 
 from fl_patch.host.children import PACKAGE_BOOTSTRAP
+from fl_patch.runtime import RUNTIME
 
 # Not ``from typing import Any``: typing costs ~3 ms at the start-up of every process (see fl_patch/__init__.py).
 TYPE_CHECKING = False
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["SETUP_HOOK", "bootstrap_dir", "reaches", "watch"]
 
 _WATCHED = "ray.actor"
-_state = {"told": False, "wrapped": False}
 
 
 class _AfterExec:
@@ -132,12 +132,12 @@ def watch() -> None:
 def _wrap_actor_class(module: ModuleType) -> None:
     actor_class = getattr(module, "ActorClass", None)
     original = getattr(actor_class, "_remote", None)
-    if _state["wrapped"] or actor_class is None or original is None:
+    if RUNTIME.ray_watch["wrapped"] or actor_class is None or original is None:
         return
-    _state["wrapped"] = True
+    RUNTIME.ray_watch["wrapped"] = True
 
     def _remote(self: Any, args: Any = None, kwargs: Any = None, **actor_options: Any) -> Any:
-        if not _state["told"]:
+        if not RUNTIME.ray_watch["told"]:
             try:
                 _check(self, actor_options)
             except Exception:  # noqa: BLE001  (a diagnostic never stops an actor from starting)
@@ -184,7 +184,7 @@ def _check(actor: Any, actor_options: dict[str, Any]) -> None:
         return  # turned off on purpose
     if reaches(effective) or _cluster_started_here_with_bootstrap():
         return
-    _state["told"] = True
+    RUNTIME.ray_watch["told"] = True
     name = getattr(getattr(actor, "__ray_metadata__", None), "class_name", None) or type(actor).__name__
     warn(
         f"fl_patch: this Ray driver runs with fl_patch, but the actor {name} is started by a raylet whose "
