@@ -124,7 +124,7 @@ def _positional_renames(target: inspect.Signature, impl: inspect.Signature, rece
     t_pos = [p for p in target.parameters.values() if p.kind in positional]
     i_pos = [p for p in impl.parameters.values() if p.kind in positional]
     renames = {}
-    for index, (theirs, ours) in enumerate(zip(t_pos, i_pos)):
+    for index, (theirs, ours) in enumerate(zip(t_pos, i_pos, strict=False)):
         if receiver and index == 0:
             continue
         if theirs.kind is ours.kind is P.POSITIONAL_OR_KEYWORD and theirs.name != ours.name:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 from fl_patch.config.options import COMMANDS, OPTIONS, Option
 from fl_patch.config.settings import ENV, pin_report_file, read_list, switch_value
 from fl_patch.config.suggest import did_you_mean
+from fl_patch.config.vendors import KNOWN_VENDORS
 
 if TYPE_CHECKING:
     from fl_patch.diagnostics.check import CheckReport, CheckResult, Listed
@@ -429,13 +430,12 @@ def version_text() -> str:
 
 # Vendors fl_patch or FlagScale name by themselves; a --vendor close to one of these but not
 # one of them is most likely a typo (a plugin may bring any other name: only a warning).
-_KNOWN_VENDORS = ("cpu", "cuda", "npu", "musa", "mlu", "xpu", "kunlunxin", "metax", "iluvatar", "flaggems", "default")
 
 
 def _warn_near_miss_vendors(prefer: str) -> None:
     for vendor in (v.strip() for v in prefer.split(",") if v.strip()):
-        if vendor not in _KNOWN_VENDORS:
-            hint = did_you_mean(vendor, _KNOWN_VENDORS, cutoff=0.75)
+        if vendor not in KNOWN_VENDORS:
+            hint = did_you_mean(vendor, KNOWN_VENDORS, cutoff=0.75)
             if hint:
                 sys.stderr.write(f"fl_patch: --vendor {vendor!r} is not a vendor fl_patch knows{hint}\n")
 

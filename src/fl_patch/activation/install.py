@@ -24,13 +24,14 @@ from fl_patch.compat.flagscale import tree as _flagscale
 from fl_patch.config.settings import (
     ENV,
     Settings,
-    closest,
     enabled,
     malformed_values,
     misspelled_names,
     pin_report_file,
     unrecognised_values,
 )
+from fl_patch.config.suggest import closest
+from fl_patch.config.vendors import KNOWN_VENDORS
 from fl_patch.core.errors import warn
 from fl_patch.core.import_state import plugin_window
 from fl_patch.hooks import PatchingFinder, PathHookWatchdog
@@ -74,18 +75,8 @@ def _load_deferred_sources() -> None:
     _check_disabled_keys(settings)
 
 
-# Vendors fl_patch or FlagScale can name (detected platforms, FlagScale's device names):
-# an MG_FL_PREFER entry one slip from one of these (or from a registered vendor) is a typo,
-# said at start, before any registration of a deferred source could provide it.
-WELL_KNOWN_VENDORS = (
-    "default", "cpu", "cuda", "xpu", "npu", "musa", "mlu", "kunlunxin", "gcu", "metax", "iluvatar", "hygon", "ascend",
-)  # fmt: skip
-
-
-
-
 def _check_preferred_near_misses(settings: Settings) -> None:
-    known = {*WELL_KNOWN_VENDORS, *RUNTIME.registry.vendors()}
+    known = {*KNOWN_VENDORS, *RUNTIME.registry.vendors()}
     for vendor in settings.prefer:
         meant = None if vendor in known else closest(vendor, sorted(known))
         if meant is not None:

@@ -93,7 +93,7 @@ def compare(target: inspect.Signature, impl: inspect.Signature, *, receiver: boo
 
     # A caller naming the target's parameter at position i means position i: where the impl takes that
     # position by another name, the keyword is passed on under the impl's name (a rename, not an error).
-    for index, (param, counterpart) in enumerate(zip(t_pos, i_pos)):
+    for index, (param, counterpart) in enumerate(zip(t_pos, i_pos, strict=False)):
         if receiver and index == 0:
             continue
         if param.kind is counterpart.kind is _P.POSITIONAL_OR_KEYWORD and counterpart.name != param.name:

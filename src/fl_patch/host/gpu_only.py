@@ -58,8 +58,6 @@ _GUARDS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseExc
 _SKIP_FILES = ("<frozen importlib", "importlib/__init__.py", "importlib\\__init__.py")
 
 
-
-
 class GpuOnlyPackageMissing(FlPatchError, ImportError):
     """A kernel of a GPU-only package was called on a machine that does not have the package.
 

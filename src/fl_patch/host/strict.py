@@ -45,7 +45,6 @@ from fl_patch.runtime import RUNTIME
 __all__ = ["arm", "disarm", "register_exit_check"]
 
 
-
 def register_exit_check() -> None:
     """Put the exit check in atexit's list now, early, so that it runs after the handlers registered later.
 
