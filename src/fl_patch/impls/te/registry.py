@@ -223,8 +223,10 @@ def _te_class(name: str, what: str, how: str) -> PatchDoc:
 TE_CLASS_DOCS: dict[str, PatchDoc] = {
     "TESpecProvider": PatchDoc(
         why="Without TE, gpt_layer_specs binds TESpecProvider = None (gpt_layer_specs.py line 54) and "
-        "get_gpt_layer_with_transformer_engine_spec() calls it: TypeError 'NoneType' object is not callable, "
-        "for the spec TransformerConfig's default transformer_impl and pretrain_gpt.py ask for.",
+        "get_gpt_layer_with_transformer_engine_spec() calls it: TypeError 'NoneType' object is not callable, for "
+        "the spec TransformerConfig's default transformer_impl and pretrain_gpt.py ask for; the provider class "
+        "itself (transformer_engine_spec_provider, imported unconditionally) hands out upstream's MagicMock "
+        "stand-ins of TE's wrappers.",
         how="megatron's BackendSpecProvider returning the TE-compatible classes (modules.TESpecProvider), so "
         "upstream's spec functions build TE's module tree and parameter names in plain torch.",
         upstream="megatron-core 0.19.2 megatron/core/extensions/transformer_engine_spec_provider.py, "
