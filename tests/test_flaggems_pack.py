@@ -87,7 +87,7 @@ def test_chosen_with_mg_fl_prefer_and_cpu_tensors_run_upstream_said_once(
 
     monkeypatch.setenv("MG_FL_PREFER", "flaggems")
     fl_patch.install()
-    for target, _ in pack:
+    for target, *_ in pack:
         record = _record(target)
         assert record.status in (Status.APPLIED, Status.WAITING), (target, record.status, record.detail)
     assert _record(NORM).status is Status.APPLIED
