@@ -50,7 +50,7 @@ def main() -> None:
     not_applied = {
         t: (records[t].status.value, records[t].detail)
         for t in te_targets | spec_targets
-        # waiting: BERT's, not imported; not for this version: a name another release binds (te_registry's ranges)
+        # waiting: BERT's, not imported; not for this version: a name another release binds (te/registry.py's ranges)
         if t in records and records[t].status.value not in ("applied", "waiting", "not for this version")
     }
     assert te_targets <= set(records) and len(spec_targets) >= 8 and not not_applied, (not_applied, sorted(records))
