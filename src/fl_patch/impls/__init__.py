@@ -33,7 +33,4 @@ SHARED_PACKS: dict[str, str] = {
 }
 """Packs included by other packs, for the including pack's vendor: name -> ``module:function(vendor)``."""
 
-INCLUDED_BY: dict[str, tuple[str, ...]] = {"te": ("cpu", "flaggems"), "without_te": ("cpu", "flaggems")}
-"""Which packs register each shared pack (for their own vendor); the index checks it against the registrations."""
-
-__all__ = ["INCLUDED_BY", "PACKS", "SHARED_PACKS"]
+__all__ = ["PACKS", "SHARED_PACKS"]
