@@ -442,10 +442,10 @@ def test_cpu_pack_device_of_stays_a_device(engine) -> None:
     """The CUDA-on-CPU transfer replaces torch.cuda.device; torch.cuda.device_of subclasses the original."""
     import torch
 
-    from fl_patch.impls.cpu import cuda_on_cpu
+    from fl_patch.impls.cuda_on_cpu import transfer as cuda_on_cpu
 
     original = torch.cuda.device
-    fl_patch.register("torch.cuda.device", "fl_patch.impls.cpu.cuda_on_cpu.Device")
+    fl_patch.register("torch.cuda.device", "fl_patch.impls.cuda_on_cpu.transfer.Device")
     fl_patch.install()
     assert _record("torch.cuda.device").status is Status.APPLIED
     assert issubclass(torch.cuda.device_of, torch.cuda.device)

@@ -62,11 +62,13 @@ class _Missing(Exception):
 # calls ``register()`` with strings for its own vendor (or ``module:function``, called to register). Named
 # here by path, never imported until a pack is loaded: the packs are plugins, above every layer.
 PACKS: dict[str, str] = {
-    "cpu": "fl_patch.impls.cpu.registry",
-    # The CPU pack's process-wide CUDA-on-CPU transfer (vendor cpu too), a pack of its own so that
-    # FL_PATCH_PACKS=cpu keeps the megatron patches alone; FL_PATCH_CUDA_ON_CPU=0 also turns it off.
-    "cuda_on_cpu": "fl_patch.impls.cpu.cuda_on_cpu_registry:register_pack",
-    "flaggems": "fl_patch.impls.flaggems.registry",
+    # upstream megatron-core and megatron.training on a machine with no GPU (vendor cpu)
+    "cpu": "fl_patch.impls.cpu.registry:register_pack",
+    # the CPU pack's process-wide CUDA-on-CPU transfer for the code around megatron (vendor cpu too), a pack of its
+    # own so that FL_PATCH_PACKS=cpu keeps the megatron patches alone; FL_PATCH_CUDA_ON_CPU=0 also turns it off
+    "cuda_on_cpu": "fl_patch.impls.cuda_on_cpu.registry:register_pack",
+    # megatron-core's hot ops on Triton kernels (vendor flaggems, MG_FL_PREFER=flaggems)
+    "flaggems": "fl_patch.impls.flaggems.registry:register_pack",
 }
 
 

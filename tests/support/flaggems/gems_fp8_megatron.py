@@ -47,8 +47,8 @@ def main() -> None:
     from megatron.core.transformer import transformer_block
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from fl_patch.impls.cpu.te_modules import TEFeatureError
     from fl_patch.impls.flaggems import fp8
+    from fl_patch.impls.te.modules import TEFeatureError
 
     parallel_state.initialize_model_parallel(1, 1)
     out: dict[str, object] = {}

@@ -68,10 +68,16 @@ def main() -> None:
 
     from fl_patch.impls.flaggems import norm
     from fl_patch.impls.flaggems._runtime import FALLBACKS, reset_fallbacks
-    from fl_patch.impls.flaggems.registry import CREATED, PATCHES
+    from fl_patch.impls.flaggems.registry import CREATED, OPTIMIZER_PATCHES, PATCHES
 
-    own = {t for t, _ in PATCHES + CREATED}  # the local spec's targets (the TE spec's: gems_te_interpret.py)
-    records = {r.target: r for r in fl_patch.report() if r.vendor == "flaggems" and r.target in own}
+    # the local spec's targets and the optimizer's, the pack's own and those of the shared pack without_te it
+    # registers (the TE spec's: gems_te_interpret.py)
+    own = {t for t, *_ in PATCHES + CREATED + OPTIMIZER_PATCHES}
+    records = {
+        r.target: r
+        for r in fl_patch.report()
+        if r.vendor == "flaggems" and (r.target in own or r.source == "fl_patch.impls.without_te.registry")
+    }
     not_applied = {t: (r.status.value, r.detail) for t, r in records.items() if r.status.value != "applied"}
     assert not not_applied, not_applied
     # names bound elsewhere were rebound: attention.py calls the pack's RoPE, GPT's loss the pack's CE

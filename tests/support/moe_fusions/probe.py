@@ -23,7 +23,7 @@ from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 from megatron.core.transformer.moe import moe_utils
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from fl_patch.impls.cpu import moe_fusions
+from fl_patch.impls.te import moe_fusions
 
 CALLS = {"permute_rows": 0, "unpermute_rows": 0}
 
