@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import oracle_catalogue as catalogue  # noqa: E402  (this directory first on sys.path)
+import oracle_catalogue as catalogue
 
 
 def _version(dist: str) -> str | None:
@@ -55,7 +55,7 @@ def import_all(packages: list[str]) -> tuple[list[str], dict[str, str]]:
         name = todo.pop()
         try:
             module = importlib.import_module(name)
-        except BaseException as exc:  # noqa: BLE001  (SystemExit too: a module that exits at import is recorded)
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]

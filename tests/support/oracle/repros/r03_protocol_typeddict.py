@@ -24,7 +24,7 @@ def __getattr__(name: str) -> type:  # the impl: a subclass of the original that
 if __name__ == "__main__":
     for name, target in TARGETS.items():
         fl_patch.register(target, f"r03_protocol_typeddict:{name}")
-    import megatron.core.optimizer_param_scheduler  # noqa: F401
+    import megatron.core.optimizer_param_scheduler
     import megatron.core.transformer.mlp  # noqa: F401
 
     bad = [
