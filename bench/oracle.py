@@ -299,7 +299,7 @@ def scan_checkout(megatron_lm: Path, out: Path) -> dict[str, Any]:
     """The catalogue of the megatron the unit tests import: the checkout's own ``megatron/`` (it is on their
     ``PYTHONPATH``, before site-packages), scanned as ``oracle_scan.py`` scans the installed one."""
     env = _base_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(ORACLE_DIR), str(megatron_lm)])
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(out.parent), str(ORACLE_DIR), str(megatron_lm)])
     proc = subprocess.run(
         [sys.executable, "-m", "fl_patch", str(ORACLE_DIR / "oracle_scan.py"), "--out", str(out)],
         env=env,
@@ -343,7 +343,8 @@ def part_unit(args: argparse.Namespace, selection: Selection) -> dict[str, Any]:
         for name, variant in variants.items():
             report_dir = work / name
             report_dir.mkdir(exist_ok=True)
-            extra = (oracle_vars(variant, report_dir), (str(ORACLE_DIR),))
+            # the checkout's oracle_classes.py (written beside its catalogue) before the installed one's
+            extra = (oracle_vars(variant, report_dir), (str(work), str(ORACLE_DIR)))
             result = mut.run_file(
                 root, test_file, "on", args.per_test_timeout, args.per_file_timeout, REPO, deps, args.nproc, extra
             )

@@ -166,6 +166,24 @@ def test_a_class_copy_adds_nothing_and_pickles_by_its_impl_name() -> None:
     assert getattr(oracle_impls, name) is copy  # built once
 
 
+def test_a_class_copy_has_source_as_a_plugin_class_has(megatron_core: object) -> None:
+    """megatron parses the source of every class along a config's ``__bases__`` (pretrain_gpt.py's argument
+    parser): a copy's ``class`` statement is found where it says it lives, unindented, then the original's."""
+    import ast
+    import inspect
+
+    from megatron.core.model_parallel_config import ModelParallelConfig
+
+    target = "megatron.core.model_parallel_config.ModelParallelConfig"
+    copy = oracle_impls.build("class", ModelParallelConfig, catalogue.impl_name(target, "class"))
+    tree = ast.parse(inspect.getsource(copy))
+    assert isinstance(tree.body[0], ast.ClassDef) and tree.body[0].name == copy.__qualname__
+    assert ast.parse(inspect.getsource(copy.__bases__[0])).body[0].name == "ModelParallelConfig"  # type: ignore[attr-defined]
+    assert pickle.loads(pickle.dumps(getattr(oracle_impls, copy.__qualname__))) is getattr(
+        oracle_impls, copy.__qualname__
+    )
+
+
 def test_names_and_selections() -> None:
     for target in ("megatron.core.a_b.C__init__", "m._x.__call__", "a.b"):
         for form in catalogue.FORMS:

@@ -15,8 +15,8 @@ What a copy is, per form (``build``):
   around a copy of the function it caches;
 * property: a fresh property (of the original's type) of copied fget/fset/fdel and the same doc;
   cached_property: a fresh one around a copy of its function;
-* class: a subclass that adds nothing (``__slots__ = ()``, same name and doc, made by
-  ``types.new_class`` so the metaclass's ``__prepare__`` runs), whose ``__module__``/``__qualname__``
+* class: a subclass that adds nothing (``__slots__ = ()``, same name and doc, the same type parameters
+  for a generic class; made by ``types.new_class`` so the metaclass's ``__prepare__`` runs), whose ``__module__``/``__qualname__``
   are this module and its impl name, so pickle finds it here. A class whose design refuses a
   subclass (an Enum with members, ``__init_subclass__`` that needs arguments) raises; the scanner
   records that as the entry's skip reason, so it is never registered.
@@ -37,7 +37,10 @@ from oracle_catalogue import parse_impl_name
 
 import fl_patch
 
-__all__ = ["build", "copy_callable", "copy_function"]
+__all__ = ["CLASSES_MODULE", "build", "copy_callable", "copy_function"]
+
+CLASSES_MODULE = "oracle_classes"
+"""Where class copies say they live (a module ``oracle_scan.py`` writes: their source, for inspect)."""
 
 
 def copy_function(function: types.FunctionType) -> types.FunctionType:
@@ -76,13 +79,20 @@ def copy_callable(obj: object) -> object:
 
 
 def copy_class(original: type, name: str) -> type:
-    """A subclass of ``original`` that adds nothing, findable by pickle as ``oracle_impls.<name>``."""
+    """A subclass of ``original`` that adds nothing, findable by pickle as ``oracle_impls.<name>``.
+
+    A generic class (``class ModelBuilder(Generic[M, C])``) is subclassed as ``original[M, C]``, so
+    that the copy has the same type parameters and can be subscripted as the original can."""
+    parameters = getattr(original, "__parameters__", ())
+    base: Any = original[parameters if len(parameters) > 1 else parameters[0]] if parameters else original  # type: ignore[index]
 
     def body(namespace: dict[str, Any]) -> None:
-        namespace.update(__module__=__name__, __qualname__=name, __doc__=original.__doc__, __slots__=())
+        namespace.update(__module__=CLASSES_MODULE, __qualname__=name, __doc__=original.__doc__, __slots__=())
 
-    sub = types.new_class(original.__name__, (original,), exec_body=body)
+    sub = types.new_class(original.__name__, (base,), exec_body=body)
     sub.__qualname__ = name  # a metaclass may set its own from the name
+    # inspect looks a class's module up in sys.modules (never importing it): have it there
+    importlib.import_module(CLASSES_MODULE)
     return sub
 
 

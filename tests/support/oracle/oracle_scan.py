@@ -209,6 +209,38 @@ def scan(packages: list[str]) -> dict[str, Any]:
     }
 
 
+CLASSES_HEADER = '''"""Written by oracle_scan.py: where the oracle's class copies live, for pickle and for inspect.
+
+Each copy (``oracle_impls.copy_class``) says its ``__module__`` is this one and its ``__qualname__``
+its impl name. pickle finds it through ``__getattr__`` (which asks ``oracle_impls``, where it is
+built and kept); ``inspect.getsource`` finds the top-level ``class`` statement of that name below,
+as it finds a plugin's own class (upstream code reads the source of every class along a config's
+``__bases__`` and parses it as it is). The stand-ins those statements make are deleted at the end,
+so that every name reaches ``__getattr__``.
+"""
+
+import oracle_impls
+
+
+def __getattr__(name: str) -> object:
+    return getattr(oracle_impls, name)
+
+'''
+
+CLASSES_FOOTER = """
+for _name in [n for n in globals() if n.startswith("k_")]:
+    del globals()[_name]
+"""
+
+
+def write_classes_module(entries: list[dict[str, str]], path: Path) -> int:
+    """``oracle_classes.py`` for ``entries``: one ``class <impl name>`` statement per class entry."""
+    names = [catalogue.impl_name(e["target"], "class") for e in entries if e["form"] == "class"]
+    body = "".join(f"\nclass {name}:\n    __slots__ = ()\n\n" for name in names)
+    path.write_text(CLASSES_HEADER + body + CLASSES_FOOTER, encoding="utf-8")
+    return len(names)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=catalogue.CATALOGUE)
@@ -244,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return 1
     args.out.write_text(json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8")
+    classes_module = args.out.with_name("oracle_classes.py")
+    write_classes_module(catalogue.unpack(data["entries"]), classes_module)
     print(
         f"{data['modules_imported']} modules imported ({len(data['modules_failed'])} failed) in {data['import_seconds']} s; "
         f"{data['registrable']} registrable {data['by_form']}; skipped {data['skipped']}; "
