@@ -395,34 +395,35 @@ def part_unit(args: argparse.Namespace, selection: Selection) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------ import
 IMPORT_CODE = (
-    "import time; t = time.perf_counter(); "
+    "import time; t, c = time.perf_counter(), time.process_time(); "
     "import megatron.core.models.gpt.gpt_model, megatron.core.optimizer; "
-    "print('IMPORT', time.perf_counter() - t)"
+    "print('IMPORT', time.perf_counter() - t, time.process_time() - c)"
 )
 
 
-def _import_once(selection: Selection) -> tuple[float | None, dict[str, Any], str]:
+def _import_once(selection: Selection) -> tuple[tuple[float, float] | None, dict[str, Any], str]:
+    """(wall, CPU) seconds of the import in a fresh ``python -m fl_patch``, the oracle's report, an error."""
     with tempfile.TemporaryDirectory(prefix="oracle-import-") as tmp:
         env = oracle_env(_base_env(), selection, Path(tmp))
         proc = subprocess.run(
             [sys.executable, "-m", "fl_patch", "-c", IMPORT_CODE], env=env, capture_output=True, text=True, timeout=300
         )
-        seconds = next(
-            (float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("IMPORT ")), None
-        )
-        reports = Reports.read(Path(tmp))
-        summary = reports.summary(selection.entries())
+        found = [line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("IMPORT ")]
+        seconds = (float(found[0][0]), float(found[0][1])) if found else None
+        summary = Reports.read(Path(tmp)).summary(selection.entries())
         return seconds, summary, "" if seconds is not None else _tail(proc.stderr, 6)
 
 
 def part_import(args: argparse.Namespace, selection: Selection) -> dict[str, Any]:
-    everything = catalogue.select(catalogue.load()["entries"])  # type: ignore[arg-type]
+    everything = Selection(exclude=selection.exclude).entries()
     variants = {
         "0": OFF,
         "1000": Selection(sample=1000, seed=args.seed, exclude=selection.exclude),
         f"all ({len(everything)})": Selection(exclude=selection.exclude),
     }
-    times: dict[str, list[float]] = {name: [] for name in variants}
+    if selection.exclude:  # what the whole catalogue does, nothing left out
+        variants[f"all, none excluded ({len(Selection().entries())})"] = Selection()
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     details: dict[str, Any] = {}
     for _ in range(args.repeat):
         for name, variant in variants.items():  # interleaved: this machine is shared and noisy
@@ -436,18 +437,23 @@ def part_import(args: argparse.Namespace, selection: Selection) -> dict[str, Any
                 "error": error,
             }
     rows = {}
-    base = statistics.median(times["0"]) if times["0"] else None
+    base = [statistics.median(t[i] for t in times["0"]) if times["0"] else None for i in (0, 1)]
     for name, values in times.items():
-        median = statistics.median(values) if values else None
+        medians = [statistics.median(t[i] for t in values) if values else None for i in (0, 1)]
+        ratios = [None if (m is None or not b) else round(m / b, 3) for m, b in zip(medians, base, strict=True)]
         rows[name] = {
             **details[name],
-            "runs": [round(v, 4) for v in values],
-            "median_s": None if median is None else round(median, 4),
-            "vs_0": None if (median is None or not base) else round(median / base, 3),
+            "runs_wall_cpu": [[round(w, 4), round(c, 4)] for w, c in values],
+            "median_wall_s": None if medians[0] is None else round(medians[0], 4),
+            "median_cpu_s": None if medians[1] is None else round(medians[1], 4),
+            "wall_vs_0": ratios[0],
+            "cpu_vs_0": ratios[1],
         }
-        shown = "failed" if median is None else f"{median:.3f} s"
-        if rows[name]["vs_0"] is not None:
-            shown += f" ({rows[name]['vs_0']}x)"
+        shown = (
+            "failed"
+            if medians[0] is None
+            else f"wall {medians[0]:.3f} s ({ratios[0]}x), CPU {medians[1]:.3f} s ({ratios[1]}x)"
+        )
         print(
             f"{name:>12} registrations: {details[name]['applied']:>5} applied; import {shown}; register() loop "
             f"{details[name]['register_seconds']:.3f} s {details[name]['error'][-200:]}",
