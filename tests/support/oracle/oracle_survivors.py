@@ -1,0 +1,152 @@
+"""Where the upstream object survives once its target is patched: an audit, run in a patched process.
+
+Run under fl_patch with the oracle registry (``bench/oracle.py --part survivors`` does)::
+
+    FL_PATCH_REGISTRY=oracle_registry python -m fl_patch tests/support/oracle/oracle_survivors.py OUT.json MODULE...
+
+It imports the modules named, then, for every oracle registration reported ``applied``, asks the
+garbage collector what still refers to the original (``fl_patch.original(target)``). A reference
+from a module's globals is a name the engine did not rebind; from a function's defaults, a
+closure cell, a class's ``__dict__``, a container or an object's ``__dict__`` (a ``ModuleSpec``,
+a dataclass field, a registry table) it is a place upstream keeps the original, where a call
+or an ``is``/``==`` check bypasses the patch (README, "Known limits"). Identical copies cannot
+show those as a different result; this lists them. References that are the patch's own (the
+impl's ``__wrapped__``, a copy subclassing its original, fl_patch's records, the class's own
+methods and ``__mro__``) are not counted.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import sys
+import types
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import fl_patch
+
+_SKIP = (types.GetSetDescriptorType, types.MemberDescriptorType, type, types.FrameType)
+
+
+def _name_of(mapping: dict[str, object], oid: int) -> str:
+    return next((k for k, v in mapping.items() if id(v) == oid), "?")
+
+
+def _holders(obj: object) -> list[object]:
+    return [h for h in gc.get_referrers(obj) if not isinstance(h, types.FrameType)]
+
+
+def _place(referrer: object, oid: int, target: str) -> tuple[str, str] | None:
+    """(kind of place, where) for a reference to the original ``oid``; None for the patch's own references,
+    the original's own structure (its methods' ``__class__`` cell, ``__dict__``/``__weakref__`` descriptors,
+    subclasses: counted apart) and fl_patch's or the oracle's own objects."""
+    if isinstance(referrer, _SKIP):
+        return None
+    if (type(referrer).__module__ or "").startswith(("fl_patch", "oracle_")):
+        return None
+    if isinstance(referrer, (staticmethod, classmethod, property)):
+        for holder in _holders(referrer):
+            if isinstance(holder, dict):
+                return _place(holder, id(referrer), target)
+        return None
+    if isinstance(referrer, dict):
+        if "__wrapped__" in referrer and id(referrer["__wrapped__"]) == oid:
+            return None  # an impl marked with its original
+        if "__fl_patch_original__" in referrer:
+            return None  # a stand-in's own namespace
+        name = _name_of(referrer, oid)
+        for holder in _holders(referrer):
+            if isinstance(holder, types.ModuleType) and holder.__dict__ is referrer:
+                return "module global (an alias the engine did not rebind)", f"{holder.__name__}.{name}"
+            if isinstance(holder, type):
+                return "class attribute", f"{holder.__module__}.{holder.__qualname__}.{name}"
+            if isinstance(holder, types.FunctionType):
+                if holder.__annotations__ is referrer:
+                    return None  # an annotation: read as a type, never called through
+                if holder.__kwdefaults__ is referrer:
+                    return "default argument", f"{holder.__module__}.{holder.__qualname__}({name}=...)"
+            if getattr(holder, "__dict__", None) is referrer:
+                if (type(holder).__module__ or "").startswith(("fl_patch", "oracle_")):
+                    return None
+                return "instance attribute", f"{type(holder).__module__}.{type(holder).__qualname__}.{name}"
+        if name == "?":
+            return "dict key", f"a dict of {len(referrer)} entries"
+        return "dict value", f"key {name!r}"
+    if isinstance(referrer, types.CellType):
+        for holder in _holders(referrer):
+            functions = [f for f in _holders(holder) if isinstance(f, types.FunctionType) and f.__closure__ is holder]
+            for fn in functions:
+                owner = target.rsplit(".", 1)[-1]
+                if fn.__qualname__.split(".")[0] == owner or fn.__module__.startswith("oracle_"):
+                    return None  # the original's own methods (zero-argument super's __class__ cell)
+                return "closure", f"{fn.__module__}.{fn.__qualname__}"
+        return None
+    if isinstance(referrer, tuple):
+        for holder in _holders(referrer):
+            if isinstance(holder, types.FunctionType) and holder.__defaults__ is referrer:
+                return "default argument", f"{holder.__module__}.{holder.__qualname__}"
+        return None  # a class's __bases__/__mro__, an argument tuple...
+    if isinstance(referrer, types.MethodType):
+        return "bound method", f"{referrer.__qualname__ if hasattr(referrer, '__qualname__') else referrer!r:.100}"
+    if type(referrer).__name__ in ("Parameter", "Signature"):
+        return None  # a cached signature's annotation
+    if isinstance(referrer, (list, set, frozenset)):
+        return type(referrer).__name__, f"{len(referrer)} items"
+    if id(type(referrer)) == oid:
+        return "an instance made before the patch", f"{type(referrer).__module__}.{type(referrer).__qualname__}"
+    return f"inside a {type(referrer).__qualname__}", repr(referrer)[:120]
+
+
+def audit(modules: list[str]) -> dict[str, Any]:
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except BaseException:  # noqa: BLE001  (a module that cannot import here is not audited)
+            continue
+    gc.collect()
+    applied = [r for r in fl_patch.report() if r.source == "oracle_registry" and r.status.value == "applied"]
+    originals: dict[int, str] = {}  # id -> target; no container here holds an original itself
+    subclasses_before: list[str] = []
+    for record in applied:
+        try:
+            original = fl_patch.original(record.target)
+        except LookupError:
+            continue
+        originals[id(original)] = record.target
+        if isinstance(original, type):
+            subclasses_before.extend(
+                f"{record.target} <- {s.__module__}.{s.__qualname__}"
+                for s in type.__subclasses__(original)
+                if not (s.__module__ or "").startswith(("oracle_", "fl_patch"))
+            )
+        del original
+    places: Counter[str] = Counter()
+    examples: dict[str, list[str]] = {}
+    # One pass over every object the collector tracks (a get_referrers per target would be one pass each).
+    for referrer in gc.get_objects():
+        for oid in {id(r) for r in gc.get_referents(referrer)} & originals.keys():
+            found = _place(referrer, oid, originals[oid])
+            if found is None:
+                continue
+            places[found[0]] += 1
+            examples.setdefault(found[0], []).append(f"{originals[oid]}: {found[1]}")
+    return {
+        "applied": len(applied),
+        "places": dict(places.most_common()),
+        "examples": {k: sorted(set(v))[:60] for k, v in examples.items()},
+        "subclasses_of_the_original_defined_before_the_patch": len(subclasses_before),
+        "subclasses_examples": subclasses_before[:40],
+    }
+
+
+def main() -> int:
+    out = Path(sys.argv[1])
+    out.write_text(json.dumps(audit(sys.argv[2:]), indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
