@@ -393,6 +393,45 @@ def part_unit(args: argparse.Namespace, selection: Selection) -> dict[str, Any]:
     return record
 
 
+# ------------------------------------------------------------------------------------------ survivors
+def part_survivors(args: argparse.Namespace, selection: Selection) -> dict[str, Any]:
+    """Where the original stays reachable once patched (``oracle_survivors.py``), in the modules the demo imports."""
+    with tempfile.TemporaryDirectory(prefix="oracle-survivors-") as tmp:
+        where = Path(tmp)
+        env = oracle_env(_base_env(), OFF, where)
+        ref = subprocess.run(  # the demo's modules: those it has imported when its first step runs
+            [sys.executable, "-m", "fl_patch", str(DEMO), "--steps", "1", "--quiet"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        modules = sorted(Reports.read(where).modules())
+        if ref.returncode != 0 or not modules:
+            raise SystemExit(f"the demo failed: {_tail(ref.stderr)}")
+        out = where / "survivors.json"
+        env = oracle_env(_base_env(), selection, where / "oracle")
+        (where / "oracle").mkdir()
+        proc = subprocess.run(
+            [sys.executable, "-m", "fl_patch", str(ORACLE_DIR / "oracle_survivors.py"), str(out), *modules],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
+        if proc.returncode != 0 or not out.exists():
+            raise SystemExit(f"the audit failed: {_tail(proc.stderr)}")
+        result = json.loads(out.read_text())
+    print(f"{result['applied']} registrations applied in the demo's {len(modules)} megatron modules")
+    for kind, count in result["places"].items():
+        print(f"{count:>6}  {kind}: {', '.join(e.split(': ')[-1] for e in result['examples'][kind][:3])}")
+    print(
+        f"{result['subclasses_of_the_original_defined_before_the_patch']:>6}  subclasses of a replaced class defined before the patch"
+    )
+    return {"modules": len(modules), **result}
+
+
 # ------------------------------------------------------------------------------------------ import
 IMPORT_CODE = (
     "import time; t, c = time.perf_counter(), time.process_time(); "
@@ -494,6 +533,7 @@ PARTS: dict[str, Callable[[argparse.Namespace, Selection], dict[str, Any]]] = {
     "demo": part_demo,
     "import": part_import,
     "pretrain": part_pretrain,
+    "survivors": part_survivors,
     "unit": part_unit,
     "repros": part_repros,
 }

@@ -29,68 +29,93 @@ from typing import Any
 import fl_patch
 
 _SKIP = (types.GetSetDescriptorType, types.MemberDescriptorType, type, types.FrameType)
+_OURS = ("fl_patch", "oracle_")
+
+
+def _ours(obj: object) -> bool:
+    return (type(obj).__module__ or "").startswith(_OURS)
+
+
+class Owners:
+    """Who holds each dict, cell, tuple and descriptor: built in one pass over the heap, so that each
+    reference found is placed without another scan (``gc.get_referrers`` is a scan of its own)."""
+
+    def __init__(self) -> None:
+        self.dicts: dict[int, object] = {}
+        self.cells: dict[int, types.FunctionType] = {}
+        self.defaults: dict[int, types.FunctionType] = {}
+        self.descriptors: dict[int, dict[str, object]] = {}
+        rank: dict[int, int] = {}
+        for obj in gc.get_objects():
+            if isinstance(obj, types.FunctionType):
+                for cell in obj.__closure__ or ():
+                    self.cells.setdefault(id(cell), obj)
+                if obj.__defaults__:
+                    self.defaults[id(obj.__defaults__)] = obj
+            level = 0 if isinstance(obj, types.ModuleType) else 1 if isinstance(obj, type) else 2
+            for ref in gc.get_referents(obj):
+                if type(ref) is dict and (
+                    isinstance(obj, (types.ModuleType, type))
+                    or getattr(obj, "__dict__", None) is ref
+                    or isinstance(obj, types.FunctionType)
+                ):
+                    if level < rank.get(id(ref), 9):
+                        self.dicts[id(ref)], rank[id(ref)] = obj, level
+            if type(obj) is dict:
+                for value in obj.values():
+                    if isinstance(value, (staticmethod, classmethod, property)):
+                        self.descriptors[id(value)] = obj
 
 
 def _name_of(mapping: dict[str, object], oid: int) -> str:
-    return next((k for k, v in mapping.items() if id(v) == oid), "?")
+    return next((str(k) for k, v in mapping.items() if id(v) == oid), "?")
 
 
-def _holders(obj: object) -> list[object]:
-    return [h for h in gc.get_referrers(obj) if not isinstance(h, types.FrameType)]
-
-
-def _place(referrer: object, oid: int, target: str) -> tuple[str, str] | None:
+def _place(referrer: object, oid: int, target: str, owners: Owners) -> tuple[str, str] | None:
     """(kind of place, where) for a reference to the original ``oid``; None for the patch's own references,
     the original's own structure (its methods' ``__class__`` cell, ``__dict__``/``__weakref__`` descriptors,
-    subclasses: counted apart) and fl_patch's or the oracle's own objects."""
-    if isinstance(referrer, _SKIP):
-        return None
-    if (type(referrer).__module__ or "").startswith(("fl_patch", "oracle_")):
+    subclasses: counted apart), annotations, and fl_patch's or the oracle's own objects."""
+    if isinstance(referrer, _SKIP) or _ours(referrer):
         return None
     if isinstance(referrer, (staticmethod, classmethod, property)):
-        for holder in _holders(referrer):
-            if isinstance(holder, dict):
-                return _place(holder, id(referrer), target)
-        return None
+        holder_dict = owners.descriptors.get(id(referrer))
+        return None if holder_dict is None else _place(holder_dict, id(referrer), target, owners)
     if isinstance(referrer, dict):
         if "__wrapped__" in referrer and id(referrer["__wrapped__"]) == oid:
             return None  # an impl marked with its original
         if "__fl_patch_original__" in referrer:
             return None  # a stand-in's own namespace
         name = _name_of(referrer, oid)
-        for holder in _holders(referrer):
-            if isinstance(holder, types.ModuleType) and holder.__dict__ is referrer:
-                return "module global (an alias the engine did not rebind)", f"{holder.__name__}.{name}"
-            if isinstance(holder, type):
-                return "class attribute", f"{holder.__module__}.{holder.__qualname__}.{name}"
-            if isinstance(holder, types.FunctionType):
-                if holder.__annotations__ is referrer:
-                    return None  # an annotation: read as a type, never called through
-                if holder.__kwdefaults__ is referrer:
-                    return "default argument", f"{holder.__module__}.{holder.__qualname__}({name}=...)"
-            if getattr(holder, "__dict__", None) is referrer:
-                if (type(holder).__module__ or "").startswith(("fl_patch", "oracle_")):
-                    return None
-                return "instance attribute", f"{type(holder).__module__}.{type(holder).__qualname__}.{name}"
+        holder = owners.dicts.get(id(referrer))
+        if isinstance(holder, types.ModuleType):
+            return "module global (a name the engine did not rebind)", f"{holder.__name__}.{name}"
+        if isinstance(holder, type):
+            return "class attribute", f"{holder.__module__}.{holder.__qualname__}.{name}"
+        if isinstance(holder, types.FunctionType):
+            if holder.__kwdefaults__ is referrer:
+                return "default argument", f"{holder.__module__}.{holder.__qualname__}({name}=...)"
+            return None  # its __annotations__ (read as a type) or its __dict__ (__wrapped__ of a decorator)
+        if holder is not None:
+            if _ours(holder):
+                return None
+            return "instance attribute", f"{type(holder).__module__}.{type(holder).__qualname__}.{name}"
         if name == "?":
             return "dict key", f"a dict of {len(referrer)} entries"
+        if name == str(oid):
+            return None  # a map from id() to the object: fl_patch's own bookkeeping
         return "dict value", f"key {name!r}"
     if isinstance(referrer, types.CellType):
-        for holder in _holders(referrer):
-            functions = [f for f in _holders(holder) if isinstance(f, types.FunctionType) and f.__closure__ is holder]
-            for fn in functions:
-                owner = target.rsplit(".", 1)[-1]
-                if fn.__qualname__.split(".")[0] == owner or fn.__module__.startswith("oracle_"):
-                    return None  # the original's own methods (zero-argument super's __class__ cell)
-                return "closure", f"{fn.__module__}.{fn.__qualname__}"
-        return None
+        fn = owners.cells.get(id(referrer))
+        if fn is None or fn.__module__.startswith(_OURS):
+            return None
+        if fn.__qualname__.split(".")[0] == target.rsplit(".", 1)[-1]:
+            return None  # the original's own methods (zero-argument super's __class__ cell)
+        return "closure", f"{fn.__module__}.{fn.__qualname__}"
     if isinstance(referrer, tuple):
-        for holder in _holders(referrer):
-            if isinstance(holder, types.FunctionType) and holder.__defaults__ is referrer:
-                return "default argument", f"{holder.__module__}.{holder.__qualname__}"
-        return None  # a class's __bases__/__mro__, an argument tuple...
+        fn = owners.defaults.get(id(referrer))
+        return None if fn is None else ("default argument", f"{fn.__module__}.{fn.__qualname__}")
     if isinstance(referrer, types.MethodType):
-        return "bound method", f"{referrer.__qualname__ if hasattr(referrer, '__qualname__') else referrer!r:.100}"
+        return "bound method", f"{getattr(referrer, '__qualname__', repr(referrer))}"
     if type(referrer).__name__ in ("Parameter", "Signature"):
         return None  # a cached signature's annotation
     if isinstance(referrer, (list, set, frozenset)):
@@ -120,15 +145,15 @@ def audit(modules: list[str]) -> dict[str, Any]:
             subclasses_before.extend(
                 f"{record.target} <- {s.__module__}.{s.__qualname__}"
                 for s in type.__subclasses__(original)
-                if not (s.__module__ or "").startswith(("oracle_", "fl_patch"))
+                if not (s.__module__ or "").startswith(_OURS)
             )
         del original
+    owners = Owners()
     places: Counter[str] = Counter()
     examples: dict[str, list[str]] = {}
-    # One pass over every object the collector tracks (a get_referrers per target would be one pass each).
     for referrer in gc.get_objects():
         for oid in {id(r) for r in gc.get_referents(referrer)} & originals.keys():
-            found = _place(referrer, oid, originals[oid])
+            found = _place(referrer, oid, originals[oid], owners)
             if found is None:
                 continue
             places[found[0]] += 1
