@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+import time
 import types
 from typing import Any
 
@@ -137,12 +138,18 @@ def _original(target: str) -> object:
     return fl_patch.original(target)
 
 
+BUILD_SECONDS = [0.0]
+"""Time spent building copies in this process (the oracle's own share of an import's cost)."""
+
+
 def __getattr__(name: str) -> object:
     try:
         form, target = parse_impl_name(name)
     except ValueError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    started = time.perf_counter()
     copy = build(form, _original(target), name)
+    BUILD_SECONDS[0] += time.perf_counter() - started
     module = sys.modules[__name__]
     # Two threads may build one copy at once: the first one stored wins, so every caller gets the same object.
     return module.__dict__.setdefault(name, copy)

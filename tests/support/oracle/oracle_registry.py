@@ -49,6 +49,8 @@ def _selection() -> list[dict[str, str]]:
 
 
 SELECTED = _selection()
+LOAD_SECONDS = time.perf_counter() - _started  # reading the catalogue and selecting: the oracle's own cost
+_started = time.perf_counter()
 for _entry in SELECTED:
     register(_entry["target"], f"oracle_impls:{catalogue.impl_name(_entry['target'], _entry['form'])}")
 REGISTER_SECONDS = time.perf_counter() - _started
@@ -64,6 +66,8 @@ def _write_report(path: str) -> None:
         "argv": sys.argv[:3],
         "selected": len(SELECTED),
         "register_seconds": round(REGISTER_SECONDS, 4),
+        "load_seconds": round(LOAD_SECONDS, 4),
+        "build_seconds": round(getattr(sys.modules.get("oracle_impls"), "BUILD_SECONDS", [0.0])[0], 4),
         "records": records,
         "modules": sorted(m for m in sys.modules if m.split(".")[0] == "megatron"),
     }

@@ -148,5 +148,9 @@ class Reports:
             "applied_by_form": dict(sorted(applied_by_form.items())),
             "problems": problems,
             "waiting_though_module_loaded": waiting_loaded,
-            "register_seconds": max((p.get("register_seconds", 0) for p in self.processes), default=0),  # type: ignore[type-var]
+            # the largest per process: the oracle's catalogue reading, its register() loop, building its copies
+            **{
+                key: max((float(p.get(key, 0)) for p in self.processes), default=0.0)  # type: ignore[arg-type]
+                for key in ("load_seconds", "register_seconds", "build_seconds")
+            },
         }
