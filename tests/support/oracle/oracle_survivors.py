@@ -45,6 +45,7 @@ class Owners:
         self.cells: dict[int, types.FunctionType] = {}
         self.defaults: dict[int, types.FunctionType] = {}
         self.descriptors: dict[int, dict[str, object]] = {}
+        self.parents: dict[int, dict[object, object]] = {}  # a dict held as a value of another dict
         rank: dict[int, int] = {}
         for obj in gc.get_objects():
             if isinstance(obj, types.FunctionType):
@@ -52,19 +53,37 @@ class Owners:
                     self.cells.setdefault(id(cell), obj)
                 if obj.__defaults__:
                     self.defaults[id(obj.__defaults__)] = obj
-            level = 0 if isinstance(obj, types.ModuleType) else 1 if isinstance(obj, type) else 2
-            for ref in gc.get_referents(obj):
-                if type(ref) is dict and (
-                    isinstance(obj, (types.ModuleType, type))
-                    or getattr(obj, "__dict__", None) is ref
-                    or isinstance(obj, types.FunctionType)
-                ):
-                    if level < rank.get(id(ref), 9):
-                        self.dicts[id(ref)], rank[id(ref)] = obj, level
+            if isinstance(obj, (dict, list, tuple, set, frozenset)):
+                level = 9  # a container is never an owner: what holds it is
+            elif isinstance(obj, types.ModuleType):
+                level = 0
+            elif isinstance(obj, type):
+                level = 1
+            elif isinstance(obj, types.FunctionType):
+                level = 2
+            else:
+                level = 3  # an object: its __dict__, or a dict in one of its slots
+            for ref in gc.get_referents(obj) if level < 9 else ():
+                if type(ref) is dict and level < rank.get(id(ref), 9):
+                    self.dicts[id(ref)], rank[id(ref)] = obj, level
             if type(obj) is dict:
                 for value in obj.values():
                     if isinstance(value, (staticmethod, classmethod, property)):
                         self.descriptors[id(value)] = obj
+                    elif type(value) is dict:
+                        self.parents.setdefault(id(value), obj)
+
+    def owner(self, mapping: dict[object, object]) -> tuple[object | None, bool]:
+        """The object whose attribute ``mapping`` is (directly: True), or that holds it in its attribute dicts."""
+        for depth in range(4):
+            holder = self.dicts.get(id(mapping))
+            if holder is not None:
+                return holder, depth == 0
+            parent = self.parents.get(id(mapping))
+            if parent is None:
+                return None, False
+            mapping = parent
+        return None, False
 
 
 def _name_of(mapping: dict[str, object], oid: int) -> str:
@@ -86,7 +105,12 @@ def _place(referrer: object, oid: int, target: str, owners: Owners) -> tuple[str
         if "__fl_patch_original__" in referrer:
             return None  # a stand-in's own namespace
         name = _name_of(referrer, oid)
-        holder = owners.dicts.get(id(referrer))
+        holder, direct = owners.owner(referrer)
+        if holder is not None and (_ours(holder) or isinstance(holder, Owners)):
+            return None
+        if not direct and holder is not None:
+            where = holder.__name__ if isinstance(holder, (types.ModuleType, type)) else type(holder).__qualname__
+            return "a table (a dict inside a global or an attribute)", f"{where}: key {name!r}"
         if isinstance(holder, types.ModuleType):
             return "module global (a name the engine did not rebind)", f"{holder.__name__}.{name}"
         if isinstance(holder, type):
@@ -96,8 +120,6 @@ def _place(referrer: object, oid: int, target: str, owners: Owners) -> tuple[str
                 return "default argument", f"{holder.__module__}.{holder.__qualname__}({name}=...)"
             return None  # its __annotations__ (read as a type) or its __dict__ (__wrapped__ of a decorator)
         if holder is not None:
-            if _ours(holder):
-                return None
             return "instance attribute", f"{type(holder).__module__}.{type(holder).__qualname__}.{name}"
         if name == "?":
             return "dict key", f"a dict of {len(referrer)} entries"
