@@ -172,14 +172,16 @@ def _megatron_chain_case(target_module: str, attribute: str, function: str) -> H
         NEVER_BREAK,
         f"megatron impl reaches {target_module}.{attribute} through the packages",
         {
-            "main.py": f"import megatron.core\nimport {target_module} as m\nprint('CALL=' + str(m.{function}.__module__))\n"
+            # the code that runs is the impl's (the installed function wears upstream's name and module)
+            "main.py": f"import megatron.core, os\nimport {target_module} as m\n"
+            f"print('CALL=' + os.path.basename(m.{function}.__code__.co_filename))\n"
             "print('PROGRAM-OK')\n",
             "impl_mod.py": f"import {target_module}\nUSED = {target_module}.{attribute}\n"
             f"def {function}(*args, **kwargs):\n    return USED\n",
             "reg.py": f"from fl_patch import register\nregister('{target_module}.{function}', 'impl_mod.{function}')\n",
         },
         env=_MEGATRON_ENV,
-        stdout=("CALL=impl_mod", "PROGRAM-OK"),
+        stdout=("CALL=impl_mod.py", "PROGRAM-OK"),
         not_stderr=("cannot patch",),
         timeout=150,
     )

@@ -2,7 +2,7 @@
 
 Whole programs under ``python -m fl_patch`` (default and ``--report``, a diagnostic mode that
 must not change behaviour): a library function used as an impl is never written on; an impl
-that reads its own ``__wrapped__`` works in both modes; ``isinstance`` holds for objects and
+that calls ``Target.__wrapped__`` or ``fl_patch.original`` works in both modes; ``isinstance`` holds for objects and
 subclasses made before a class was replaced; an ``lru_cache``d target keeps ``cache_clear``.
 In-process generated variants are in ``tests/test_target_kinds.py``. No case has an fl_patch
 problem in it, so strict mode must run each exactly as default mode does.
@@ -32,10 +32,24 @@ _PROGRAMS: dict[str, dict[str, str]] = {
             print('PROGRAM-OK')
         """,
     },
-    "an impl reading its own __wrapped__": {
+    # The two ways an impl reaches the original (docs/writing-a-plugin.md): FlagScale's
+    # ``Target.__wrapped__``, decorated impl included, and ``fl_patch.original``. (The impl's own
+    # ``__wrapped__`` is nothing fl_patch writes: the vendor's function is never written on.)
+    "an impl calling Target.__wrapped__ (FlagScale's way), decorated": {
         "tpkg/__init__.py": "",
         "tpkg/m.py": "def act(x):\n    return x + 1\n",
-        "impl.py": "def act(x):\n    return 10 * act.__wrapped__(x)\n",
+        "impl.py": (
+            "import functools\nimport tpkg.m\n"
+            "def traced(f):\n    @functools.wraps(f)\n    def inner(*a):\n        return f(*a)\n    return inner\n"
+            "@traced\ndef act(x):\n    return 10 * tpkg.m.act.__wrapped__(x)\n"
+        ),
+        "reg.py": "from fl_patch import register\nregister('tpkg.m.act', 'impl.act')\n",
+        "main.py": "from tpkg import m\nassert m.act(1) == 20, m.act(1)\nprint('PROGRAM-OK')\n",
+    },
+    "an impl calling fl_patch.original": {
+        "tpkg/__init__.py": "",
+        "tpkg/m.py": "def act(x):\n    return x + 1\n",
+        "impl.py": "import fl_patch\ndef act(x):\n    return 10 * fl_patch.original('tpkg.m.act')(x)\n",
         "reg.py": "from fl_patch import register\nregister('tpkg.m.act', 'impl.act')\n",
         "main.py": "from tpkg import m\nassert m.act(1) == 20, m.act(1)\nprint('PROGRAM-OK')\n",
     },
