@@ -193,6 +193,12 @@ def _redirecting_new(original: type, previous: object, state: _Redirect) -> stat
     def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
         if cls is original and state.impl is not None:
             cls = state.impl
+            # What ``impl(...)`` would call: a ``__new__`` the impl (or a class between it and the
+            # original) defines comes first; upstream's factory classes (``WrappedTorchNorm``) have
+            # their own, and so may their replacements.
+            impl_new = _new_between(cls, original)
+            if impl_new is not None:
+                return impl_new(cls, *args, **kwargs)
         if own_new is not None:
             return own_new(cls, *args, **kwargs)
         following = super(original, cls).__new__  # type: ignore[arg-type]  # (original is a class: mypy reads it as a value)
@@ -205,6 +211,18 @@ def _redirecting_new(original: type, previous: object, state: _Redirect) -> stat
     __new__.__module__ = original.__module__
     setattr(__new__, _REDIRECT_ATTR, state)
     return staticmethod(__new__)
+
+
+def _new_between(cls: type, original: type) -> Callable[..., Any] | None:
+    """The ``__new__`` a class in ``cls``'s MRO before ``original`` defines itself, if one does."""
+    for klass in cls.__mro__:
+        if klass is original:
+            return None
+        own = vars(klass).get("__new__")
+        if own is not None:
+            function = own.__func__ if isinstance(own, staticmethod) else own
+            return function if callable(function) else None
+    return None
 
 
 def _signature_of(cls: type, *, receiver: bool) -> inspect.Signature | None:
