@@ -38,6 +38,15 @@ from megatron.core.transformer.module import Float16Module
 SEQ, VOCAB, MBS = 32, 64, 2
 
 
+
+def _code_module(function: object) -> str | None:
+    """``megatron.plugin.optimizer.clip_grads`` for a function whose code is in that module's file."""
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return None
+    parts = os.path.splitext(code.co_filename)[0].split(os.sep)
+    return ".".join(parts[-4:])
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=6)
@@ -173,7 +182,7 @@ def main() -> None:
                 "local_sq": local_sq,
                 "lr": optimizer.param_groups[0]["lr"],
                 "loss_scale": float(inner.get_loss_scale()),
-                "has_grad_norm_group_impl": type(inner).has_grad_norm_group.__module__,
+                "has_grad_norm_group_impl": _code_module(type(inner).has_grad_norm_group),
             }
         )
     plugin_calls = {}
@@ -186,17 +195,16 @@ def main() -> None:
         "steps": steps,
         "plugin_calls": plugin_calls,
         "scheduler_class": f"{type(scheduler).__module__}.{type(scheduler).__qualname__}",
-        # A replaced class is fl_patch's stand-in named where the target lives; the impl is in its MRO.
+        # A replaced class builds the impl (a subclass of upstream's); the impl is first in its MRO.
         "scheduler_mro": [f"{c.__module__}.{c.__qualname__}" for c in type(scheduler).__mro__],
         # The upstream class is the first base defined in megatron.core (or the class itself).
         "isinstance_upstream": isinstance(
             scheduler,
             next(c for c in type(scheduler).__mro__ if c.__module__ == "megatron.core.optimizer_param_scheduler"),
         ),
-        "grad_norm_impl": sys.modules["megatron.core.optimizer.optimizer"].get_grad_norm_fp32.__module__,
-        "unscale_impl": getattr(
-            getattr(type(inner), "_unscale_main_grads_and_check_for_nan", None), "__module__", None
-        ),
+        # The module whose code runs (an installed function wears upstream's name and module).
+        "grad_norm_impl": _code_module(sys.modules["megatron.core.optimizer.optimizer"].get_grad_norm_fp32),
+        "unscale_impl": _code_module(getattr(type(inner), "_unscale_main_grads_and_check_for_nan", None)),
     }
     with open(f"{args.out}.rank{rank}.json", "w") as fh:
         json.dump(result, fh)
