@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import os
 import sys
 from pathlib import Path
 
@@ -162,8 +163,9 @@ def test_flags_matter_only_when_activation_comes_through_pythonpath(
 ) -> None:
     """With the bootstrap in a site directory instead, -I and -E children still run it; -S ones do not."""
     from fl_patch.host import children as _children
+    from fl_patch.runtime import RUNTIME
 
-    monkeypatch.setattr(_children, "_bootstrap_dirs", {str(tmp_path)})
+    monkeypatch.setattr(RUNTIME.children, "bootstrap_dirs", {os.path.realpath(tmp_path)})
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     assert len(_children.diagnose(sys.executable, [sys.executable, "-I", "-E", "-S", "x.py"], None)) == 3
     monkeypatch.setenv("PYTHONPATH", "")
