@@ -18,6 +18,7 @@ __all__ = [
     "CREATED",
     "FLAGGEMS",
     "FP8_CREATED",
+    "FP8_CREATED_FROM_018",
     "FP8_PATCHES",
     "OPTIMIZER_PATCHES",
     "PATCHES",
@@ -292,8 +293,11 @@ FP8_CREATED: tuple[tuple[str, str, PatchDoc], ...] = (
     ("megatron.core.transformer.moe.experts.Fp8Padding", f"{_PACK}.fp8.Fp8Padding", FP8_EXPERTS),
     ("megatron.core.transformer.moe.experts.Fp8Unpadding", f"{_PACK}.fp8.Fp8Unpadding", FP8_EXPERTS),
     ("megatron.core.extensions.transformer_engine.te_checkpoint", f"{_PACK}.fp8.te_checkpoint", FP8_CHECKPOINT),
-    ("megatron.core.recompute.te_checkpoint", f"{_PACK}.fp8.te_checkpoint", FP8_CHECKPOINT),
     ("megatron.core.transformer.moe.moe_layer.te_checkpoint", f"{_PACK}.fp8.te_checkpoint", FP8_CHECKPOINT),
+)
+# megatron.core.recompute (its import of te_checkpoint) is new in 0.18
+FP8_CREATED_FROM_018: tuple[tuple[str, str, PatchDoc], ...] = (
+    ("megatron.core.recompute.te_checkpoint", f"{_PACK}.fp8.te_checkpoint", FP8_CHECKPOINT),
 )
 
 
@@ -317,6 +321,8 @@ def register_pack() -> None:
             register(target=target, impl=impl, vendor=FLAGGEMS, doc=doc)
         for target, impl, doc in FP8_CREATED:
             register(target=target, impl=impl, vendor=FLAGGEMS, create=True, doc=doc)
+        for target, impl, doc in FP8_CREATED_FROM_018:
+            register(target=target, impl=impl, vendor=FLAGGEMS, create=True, doc=doc, requires="megatron-core>=0.18")
 
     # -- Shared packs, for vendor flaggems: te (TE's layers in plain torch, under TE_ABSENT inside; their maths on
     #    the kernels above) and without_te (the distributed optimizer's checkpoints with torch's Adam,
