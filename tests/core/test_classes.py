@@ -57,10 +57,9 @@ def test_megatron_idioms_keep_working_with_class_impls(run_python, tmp_path: Pat
 @pytest.mark.parametrize("impl", ["WrappedTorchNorm", "SuperWrappedTorchNorm"])
 def test_a_factory_class_impl_runs_its_own_new_and_upstreams_stays_reachable(megatron_core, engine, impl) -> None:
     import torch
+    from fltest_idioms.factory import VendorRMSNorm
     from megatron.core.transformer import TransformerConfig
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
-
-    from fltest_idioms.factory import VendorRMSNorm
 
     def config(normalization: str) -> TransformerConfig:
         return TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1, normalization=normalization)
