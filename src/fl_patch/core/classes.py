@@ -9,7 +9,8 @@ Python class). The name stays bound to the upstream class, as FlagScale's ``@ove
 
 - **instantiation** is redirected: fl_patch sets ``Name.__new__`` to a function that, when the
   class being built *is* ``Name``, builds the impl instead (the impl subclasses ``Name``, so
-  Python then runs the impl's ``__init__``). Subclasses of ``Name`` build themselves as before;
+  Python then runs the impl's ``__init__``); an impl that defines ``__new__`` (a factory class)
+  is built by that ``__new__``. Subclasses of ``Name`` build themselves as before;
 - **class-level calls** reach the impl: the static and class methods the impl defines over
   upstream's are set on ``Name`` too, so ``Name.apply`` of an autograd Function bound at
   import (``bias_gelu_impl = GeLUFunction.apply``) runs the impl's ``forward``/``backward``.
