@@ -6,6 +6,9 @@ BaseTransformerLayer)`` mixes it with ``ABCMeta``), a class whose upstream ``__i
 ``super(ColumnParallelLinear, self)``, a base class whose subclass (``MoELayer``) was defined before
 the patch, and an autograd Function that megatron binds as ``bias_gelu_impl = GeLUFunction.apply``
 at import. Each impl is written as a vendor writes it (a subclass calling ``super()``).
+
+A factory class (megatron's ``WrappedTorchNorm``, whose ``__new__`` returns a torch norm) is replaced by
+an impl overriding ``__new__``: building the name runs the impl's ``__new__`` (in process, fast).
 """
 
 from __future__ import annotations
@@ -15,11 +18,15 @@ from pathlib import Path
 
 import pytest
 
+import fl_patch
+from fl_patch import Status
+from fl_patch.core import classes
+
 from ..conftest import clean_env
 
 PROBE = Path(__file__).resolve().parents[1] / "support" / "plugins" / "fltest_idioms" / "probe.py"
 
-pytestmark = pytest.mark.slow
+NORM = "megatron.core.transformer.torch_norm.WrappedTorchNorm"
 
 
 def _probe(run_python, tmp_path: Path, **env: str) -> dict[str, object]:
@@ -27,6 +34,7 @@ def _probe(run_python, tmp_path: Path, **env: str) -> dict[str, object]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_megatron_idioms_keep_working_with_class_impls(run_python, tmp_path: Path) -> None:
     plain = _probe(run_python, tmp_path)
     patched = _probe(run_python, tmp_path, FL_PATCH_REGISTRY="fltest_idioms.registry")
@@ -73,3 +81,27 @@ def test_a_factory_class_s_replacement_runs_its_own_new() -> None:
     changes, _ = classes.redirect(Factory, Plain)
     assert Factory(4).who == "upstream 4"  # type: ignore[attr-defined]
     classes.undo(Factory, changes)
+
+
+@pytest.mark.parametrize("impl", ["WrappedTorchNorm", "SuperWrappedTorchNorm"])
+def test_a_factory_class_impl_runs_its_own_new_and_upstreams_stays_reachable(megatron_core, engine, impl) -> None:
+    import torch
+    from fltest_idioms.factory import VendorRMSNorm
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    def config(normalization: str) -> TransformerConfig:
+        return TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1, normalization=normalization)
+
+    rms, layer = config("RMSNorm"), config("LayerNorm")
+    fl_patch.register(NORM, f"fltest_idioms.factory.{impl}")
+    fl_patch.install()
+    (record,) = [r for r in fl_patch.report() if r.target == NORM]
+    assert record.status is Status.APPLIED, record.detail
+    assert type(WrappedTorchNorm(rms, 8)) is VendorRMSNorm  # the impl's __new__ ran
+    # Its call of upstream's __new__ (by name, or super()) runs upstream's, not the redirect again.
+    assert type(WrappedTorchNorm(layer, 8)) is torch.nn.LayerNorm
+    # Upstream's own construction stays reachable while the patch is in place (compare mode builds it).
+    assert type(classes.upstream_new(WrappedTorchNorm)(WrappedTorchNorm, rms, 8)) is torch.nn.RMSNorm
+    fl_patch.uninstall()
+    assert type(WrappedTorchNorm(rms, 8)) is torch.nn.RMSNorm

@@ -22,6 +22,7 @@ import torch
 from fl_patch.compare.call import ACTIVE, Comparison, Sides
 from fl_patch.compare.capture import RngState
 from fl_patch.compare.results import TargetResult
+from fl_patch.core.classes import upstream_new
 from fl_patch.host.compiling import is_compiling_function
 
 __all__ = ["new_wrapper"]
@@ -95,7 +96,8 @@ def _upstream_module(
     saved = RngState()  # building may draw initial weights: the program's stream stays as it was
     ACTIVE.on = True
     try:
-        upstream = original.__new__(original, *args, **kwargs)
+        # (not ``original.__new__``: while the patch is in place that is fl_patch's redirect, building the impl)
+        upstream = upstream_new(original)(original, *args, **kwargs)
     except Exception as exc:  # noqa: BLE001  (upstream's own constructor: a reason, never the program's error)
         result.note(f"upstream's __new__ raises here: {type(exc).__name__}: {exc}")
         return None

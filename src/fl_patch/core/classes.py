@@ -9,7 +9,8 @@ Python class). The name stays bound to the upstream class, as FlagScale's ``@ove
 
 - **instantiation** is redirected: fl_patch sets ``Name.__new__`` to a function that, when the
   class being built *is* ``Name``, builds the impl instead (the impl subclasses ``Name``, so
-  Python then runs the impl's ``__init__``). Subclasses of ``Name`` build themselves as before;
+  Python then runs the impl's ``__init__``); an impl that defines ``__new__`` (a factory class)
+  is built by that ``__new__``. Subclasses of ``Name`` build themselves as before;
 - **class-level calls** reach the impl: the static and class methods the impl defines over
   upstream's are set on ``Name`` too, so ``Name.apply`` of an autograd Function bound at
   import (``bias_gelu_impl = GeLUFunction.apply``) runs the impl's ``forward``/``backward``.
@@ -53,6 +54,7 @@ __all__ = [
     "stand_in_class",
     "strategy",
     "undo",
+    "upstream_new",
 ]
 
 ABSENT = object()  # vars(cls) had no such name
@@ -94,13 +96,46 @@ _IMMUTABLETYPE = 1 << 8
 
 # ---------------------------------------------------------------------------------- redirect
 class _Redirect:
-    """What fl_patch's ``__new__`` on one upstream class builds now (``impl``; None: the class itself)."""
+    """What fl_patch's ``__new__`` on one upstream class builds now (``impl``; None: the class itself).
 
-    __slots__ = ("impl", "upstream_signature")
+    ``building`` holds the impl and the ``__new__`` its own classes define (None: it has none), set
+    and read as one tuple, so a thread building while the patch is put or undone sees one pair.
+    ``upstream_new`` is what ``Name.__new__`` ran before fl_patch set its own (set once, by
+    ``_redirecting_new``).
+    """
+
+    __slots__ = ("building", "upstream_new", "upstream_signature")
 
     def __init__(self, upstream_signature: inspect.Signature | None) -> None:
-        self.impl: type | None = None
+        self.building: tuple[type, Callable[..., Any] | None] | None = None
+        self.upstream_new: Callable[..., Any] | None = None
         self.upstream_signature = upstream_signature
+
+    @property
+    def impl(self) -> type | None:
+        building = self.building
+        return building[0] if building is not None else None
+
+    def build(self, impl: type | None, original: type) -> None:
+        self.building = (impl, _own_new(impl, original)) if impl is not None else None
+
+
+def _own_new(impl: type, original: type) -> Callable[..., Any] | None:
+    """The ``__new__`` Python would call for ``impl`` if ``original``'s were not fl_patch's: the first one
+    defined along the impl's MRO before ``original`` (the impl's own, a mixin's), or None.
+
+    A factory class (megatron's ``WrappedTorchNorm``: its ``__new__`` returns a torch norm, not an
+    instance) is replaced by an impl that overrides ``__new__`` (docs/writing-a-plugin.md): that
+    ``__new__`` is the impl, and building the impl must run it, not upstream's.
+    """
+    for klass in impl.__mro__:
+        if klass is original:
+            return None
+        new = vars(klass).get("__new__")
+        if new is not None:
+            function = new.__func__ if isinstance(new, staticmethod) else new
+            return function if callable(function) else None
+    return None
 
 
 def redirect(original: type, impl: type) -> tuple[list[ClassChange], list[str]]:
@@ -125,7 +160,7 @@ def redirect(original: type, impl: type) -> tuple[list[ClassChange], list[str]]:
     except (AttributeError, TypeError) as exc:
         undo(original, changes)
         raise ClassImplError(f"cannot set {exc}") from None
-    state.impl = impl
+    state.build(impl, original)
     _face(new, _signature_of(impl, receiver=True))
     return changes, notes
 
@@ -145,6 +180,18 @@ def redirects_to(original: type) -> type | None:
     return state.impl if state is not None else None
 
 
+def upstream_new(original: type) -> Callable[..., Any]:
+    """What ``original.__new__`` ran before fl_patch redirected it, called as ``f(cls, *args, **kwargs)``.
+
+    For a caller that needs upstream's own construction while the patch is in place (compare mode
+    builds upstream's module next to the impl's): ``original.__new__(original, ...)`` now builds the impl.
+    """
+    state = _state_of(vars(original).get("__new__"))
+    if state is not None and state.upstream_new is not None:
+        return state.upstream_new
+    return original.__new__
+
+
 def undo(original: type, changes: list[ClassChange]) -> None:
     """Put back what ``changes`` replaced, where fl_patch's value is still there (newest first).
 
@@ -161,7 +208,7 @@ def undo(original: type, changes: list[ClassChange]) -> None:
         state = _state_of(current) if change.name == "__new__" else None
         if state is not None and (change.previous is ABSENT or change.previous is current):
             if state is not None:
-                state.impl = None
+                state.build(None, original)
                 _face(current, state.upstream_signature)
             continue
         if change.previous is ABSENT:
@@ -190,15 +237,8 @@ def _redirecting_new(original: type, previous: object, state: _Redirect) -> stat
     own_new: Callable[..., Any] | None = own if callable(own) else None
     object_new = object.__new__
 
-    def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
-        if cls is original and state.impl is not None:
-            cls = state.impl
-            # What ``impl(...)`` would call: a ``__new__`` the impl (or a class between it and the
-            # original) defines comes first; upstream's factory classes (``WrappedTorchNorm``) have
-            # their own, and so may their replacements.
-            impl_new = _new_between(cls, original)
-            if impl_new is not None:
-                return impl_new(cls, *args, **kwargs)
+    def upstream(cls: type, *args: Any, **kwargs: Any) -> Any:
+        # What the class's __new__ did before: its own, or the one it inherits
         if own_new is not None:
             return own_new(cls, *args, **kwargs)
         following = super(original, cls).__new__  # type: ignore[arg-type]  # (original is a class: mypy reads it as a value)
@@ -207,22 +247,25 @@ def _redirecting_new(original: type, previous: object, state: _Redirect) -> stat
             return following(cls)
         return following(cls, *args, **kwargs)
 
+    def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
+        if cls is original:
+            building = state.building
+            if building is not None:
+                impl, impl_new = building
+                if impl_new is not None:
+                    # The impl's own __new__ (a factory's); its call of upstream's (``Name.__new__(cls, ...)``
+                    # or ``super().__new__``) comes back here with cls the impl, and runs upstream's below.
+                    return impl_new(impl, *args, **kwargs)
+                cls = impl
+        return upstream(cls, *args, **kwargs)
+
     __new__.__qualname__ = f"{original.__qualname__}.__new__"
     __new__.__module__ = original.__module__
+    upstream.__qualname__ = __new__.__qualname__
+    upstream.__module__ = original.__module__
+    state.upstream_new = upstream
     setattr(__new__, _REDIRECT_ATTR, state)
     return staticmethod(__new__)
-
-
-def _new_between(cls: type, original: type) -> Callable[..., Any] | None:
-    """The ``__new__`` a class in ``cls``'s MRO before ``original`` defines itself, if one does."""
-    for klass in cls.__mro__:
-        if klass is original:
-            return None
-        own = vars(klass).get("__new__")
-        if own is not None:
-            function = own.__func__ if isinstance(own, staticmethod) else own
-            return function if callable(function) else None
-    return None
 
 
 def _signature_of(cls: type, *, receiver: bool) -> inspect.Signature | None:
