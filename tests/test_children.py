@@ -7,8 +7,8 @@ drops the bootstrap), the parent says so as it starts the child.
 from __future__ import annotations
 
 import json
-import subprocess
 import os
+import subprocess
 import sys
 from pathlib import Path
 

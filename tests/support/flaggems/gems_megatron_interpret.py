@@ -36,11 +36,11 @@ handler = logging.StreamHandler(log_stream)
 logging.getLogger("fl_patch.flaggems").addHandler(handler)
 
 
-
 def _runs_from(function: object, path: str) -> bool:
     """Whether ``function`` (fl_patch's function at a megatron name) runs the code of the impl in ``path``."""
     code = getattr(function, "__code__", None)
     return code is not None and code.co_filename.endswith(path)
+
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()

@@ -38,7 +38,6 @@ from megatron.core.transformer.module import Float16Module
 SEQ, VOCAB, MBS = 32, 64, 2
 
 
-
 def _code_module(function: object) -> str | None:
     """``megatron.plugin.optimizer.clip_grads`` for a function whose code is in that module's file."""
     code = getattr(function, "__code__", None)
@@ -46,6 +45,7 @@ def _code_module(function: object) -> str | None:
         return None
     parts = os.path.splitext(code.co_filename)[0].split(os.sep)
     return ".".join(parts[-4:])
+
 
 def main() -> None:
     p = argparse.ArgumentParser()
