@@ -94,6 +94,16 @@ def test_a_failing_user_sitecustomize_fails_exactly_as_without_fl_patch(tmp_path
     assert "INSTALLED True" in with_template.stdout and with_template.returncode == 0
 
 
+def test_is_active_before_and_after_the_first_megatron_import() -> None:
+    """Armed before megatron's first import, installed after it: ``is_active()`` is true in both states."""
+    code = (
+        "import fl_patch\nbefore = fl_patch.is_active()\nimport megatron.core\n"
+        "print('ACTIVE', before, fl_patch.is_active(), bool(fl_patch.report()))"
+    )
+    proc = run(["-c", code], env_with(TEMPLATE))
+    assert "ACTIVE True True True" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
 @pytest.fixture
 def broken_registry(tmp_path: Path) -> Path:
     (tmp_path / "act_broken_registry.py").write_text("raise RuntimeError('vendor SDK missing')\n")

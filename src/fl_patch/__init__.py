@@ -155,5 +155,5 @@ def is_active() -> bool:
 
     if armed():
         return True
-    runtime = sys.modules.get(f"{__name__}.activation.runtime")  # never imported: never installed
+    runtime = sys.modules.get(f"{__name__}.runtime")  # never imported: never installed
     return bool(runtime is not None and runtime.RUNTIME.installed)
