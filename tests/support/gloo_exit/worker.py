@@ -2,15 +2,20 @@
 
 Run under torchrun by ``tests/test_gloo_exit.py`` and ``bench/gloo_exit.py``. Environment:
 ``IMPORTS`` (comma-separated modules imported after the group exists: ``torch._inductor`` is what
-megatron-core brings, and it makes finalization long enough to meet torch's exit race),
+megatron-core brings; it keeps the group, and its worker threads, alive until finalization),
 ``SWITCH`` (``sys.setswitchinterval``: a large value keeps the GIL in the main thread, as a busy
-training loop does), ``SETTLE`` (1: register fl_patch's exit handler here, for a run without fl_patch).
+training loop does), ``LATE`` (seconds: the collective's future gets a Python callback that
+sleeps that long on the gloo worker thread, after the program's own wait has returned; the worker
+then needs the GIL again while the program exits, every time, which is the race made certain),
+``SETTLE`` (1: register fl_patch's exit handler here, for a run without fl_patch).
 """
 
 import importlib
 import os
 import sys
+import time
 
+import torch
 import torch.distributed as dist
 
 if os.environ.get("SWITCH"):
@@ -25,4 +30,15 @@ for name in filter(None, os.environ.get("IMPORTS", "").split(",")):
 gathered: list[object] = [None] * dist.get_world_size()
 dist.all_gather_object(gathered, dist.get_rank())
 assert gathered == list(range(dist.get_world_size())), gathered
+late = float(os.environ.get("LATE", "0") or 0)
+if late:
+    work = dist.all_reduce(torch.ones(4), async_op=True)
+    future = work.get_future()
+
+    def _slow_callback(done: torch.futures.Future) -> object:
+        time.sleep(late)  # gives up the GIL; taking it back is what dies once the interpreter finalizes
+        return done.value()
+
+    future.then(_slow_callback)
+    future.wait()  # returns once the work is complete, before its callbacks have run (Future::markCompleted)
 dist.destroy_process_group()
