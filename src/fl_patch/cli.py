@@ -339,13 +339,16 @@ def help_text(prog: str, width: int | None = None) -> str:
 
 
 # --------------------------------------------------------------------------------------- main
-def _put_cwd_entry_back() -> None:
-    """--list and --check import the user's registry modules here, as python -m would find them (the cwd first)."""
-    import fl_patch
+def _record_start_dir() -> None:
+    """Where the job starts: a registry module not on ``sys.path`` is looked for there, by every process of it.
 
-    entry, fl_patch._LAUNCHER_CWD_ENTRY = fl_patch._LAUNCHER_CWD_ENTRY, None
-    if entry is not None:
-        sys.path.insert(0, entry)
+    ``--check`` and ``--list`` look there too, so what they find from a directory the run finds
+    from it (``activation/lookup.py``); kept when set already (a launcher inside a job: the job's).
+    """
+    try:
+        os.environ.setdefault(ENV.START_DIR, os.getcwd())
+    except OSError:
+        pass  # the working directory was deleted: nothing can be found there
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -376,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(os.path.realpath(PACKAGE_BOOTSTRAP) + "\n")
         return 0
     _apply_environment(options)
+    _record_start_dir()
     if options.command is None and options.program[:1] == ["compare"]:
         from fl_patch.compare.run import main as compare_main  # the whole-run compare: two runs of the program
 
@@ -386,7 +390,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return drift_run(options.against, as_json=options.json, offline=options.offline)
     _warn_near_miss_vendors(options.env.get(ENV.PREFER, ""))
     if options.command in ("list", "check"):
-        _put_cwd_entry_back()
         with _stdout_for_json_only(options.json) as out:
             try:
                 if options.command == "list":

@@ -171,6 +171,13 @@ OPTIONS: tuple[Option, ...] = (
     Option((), "env", "fl_patch does nothing at all (also 0, false, no, off)", variable=ENV.ENABLED, value="0"),
     Option((), "env", "set by the launcher: the bootstrap directory it put on PYTHONPATH", variable=ENV.BOOTSTRAP),
     Option((), "env", "set by the launcher: the pid of the program it runs", variable=ENV.LAUNCHED),
+    Option(
+        (),
+        "env",
+        "set by the launcher: the directory it was started in, where a registry module that is not on sys.path "
+        "is looked for (every process of the job looks in the same place)",
+        variable=ENV.START_DIR,
+    ),
     Option((), "env", "set while registries load: children started then do not load them", variable=ENV.LOADING),
     Option(
         (),
