@@ -45,6 +45,7 @@ class Runtime:
         self.child_watch: Any = None  # _children.ChildWatch, once launches are watched
         self.call_counts: Any = None  # _exit_report.CallCounts in report mode
         self.report_sink: Any = None  # job.report.JobReport: the exit report merged through the job's store
+        self.pack_of: dict[tuple[str, str], str] = {}  # (target, vendor) -> the shipped pack that registered it
         self.exit_check = False  # _strict's exit check registered
         self.flagscale_configured = False  # the engine asks a FlagScale tree's platform detection
         self._registry: Registry | None = None

@@ -38,6 +38,7 @@ from fl_patch.activation import lookup as _lookup
 from fl_patch.config.settings import ENV
 from fl_patch.core.errors import is_stop_request
 from fl_patch.impls import PACKS
+from fl_patch.runtime import RUNTIME
 
 ENV_LOADING = ENV.LOADING
 
@@ -172,8 +173,14 @@ def load_packs(names: tuple[str, ...] | None, registry: Registry, problems: Prob
         if registry_module is None:
             problems.problem(f"fl_patch: FL_PATCH_PACKS names unknown pack {name!r} (shipped: {', '.join(PACKS)})")
             continue
+        before = {id(r) for r in registry.registrations()}
         if import_source(registry_module, "pack registry", registry, problems, yield_to_existing=True) is not None:
             loaded.append(name)
+        # Which pack made each registration, for the surfaces that show the user's first (reporting/layout.py):
+        # not readable from the registering module (the CPU pack registers through cuda_on_cpu_registry too).
+        for registration in registry.registrations():
+            if id(registration) not in before:
+                RUNTIME.pack_of.setdefault((registration.target, registration.vendor), name)
     return loaded
 
 

@@ -110,6 +110,19 @@ OPTIONS: tuple[Option, ...] = (
         metavar="PATH",
     ),
     Option(
+        (),
+        "env",
+        "set by --report --all: the exit report lists the shipped packs' rows too, not one line per pack",
+        variable=ENV.REPORT_ALL,
+        value="1",
+    ),
+    Option(
+        (),
+        "env",
+        "set by --report --only KEY=VALUE: the exit report's rows that match (comma-separated KEY=VALUE)",
+        variable=ENV.REPORT_ONLY,
+    ),
+    Option(
         ("--compare",),
         "optional",
         f"the first N calls (default {DEFAULT_COMPARE_CALLS}) of each patch also run upstream's original on copies of "
@@ -203,13 +216,21 @@ OPTIONS: tuple[Option, ...] = (
 COMMANDS: tuple[Option, ...] = (
     Option(("--list",), "command", "every registration and the vendor chosen here (imports no megatron module)"),
     Option(("--check",), "command", "does every impl fit the installed Megatron? exit status 1 if not"),
-    Option(("--json",), "local", "--list / --check output as JSON"),
+    Option(("--json",), "local", "--list / --check output as JSON (every row: the packs' too)"),
+    Option(
+        ("--all",),
+        "local",
+        "--list / --check / --report: the shipped packs' rows too (by default: your registrations, and one line"
+        " per pack)",
+    ),
     Option(
         ("--only",),
         "local",
-        "--list / --check: keep vendor=, source=, status= or target= matches (repeatable; * globs)",
+        "--list / --check / --report: keep vendor=, source=, status=, target= or pack= matches (repeatable;"
+        " * globs; pack=none: yours)",
         metavar="KEY=VALUE",
     ),
+    Option(("--why",), "local", "--list: each registration's PatchDoc (why, how, upstream, when to remove)"),
     Option(
         ("--against",),
         "local",

@@ -50,6 +50,7 @@ from fl_patch.core.registration import Registration
 from fl_patch.core.resolve import Kind, Resolved, load_impl, owned_path
 from fl_patch.core.signatures import Finding, compare_signatures
 from fl_patch.diagnostics.forwarding import forwarding_findings
+from fl_patch.reporting.layout import NOT_IN_A_PACK, owner_of
 from fl_patch.runtime import RUNTIME
 
 __all__ = ["CheckReport", "CheckResult", "Listed", "check", "list_registrations"]
@@ -86,6 +87,9 @@ class Listed:
     detail: str
     source: str
     requires: str | None = None  # the version gate
+    pack: str = NOT_IN_A_PACK  # the shipped pack it belongs to, or "none": the user's (reporting/layout.py)
+    where: str | None = None  # file:line of its register() call
+    doc: dict[str, str] | None = None  # its PatchDoc (why, how, upstream, remove_when), if it has one
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -100,8 +104,10 @@ def list_registrations() -> list[Listed]:
     vendors: dict[str, list[str]] = {}
     for record in records:
         vendors.setdefault(record.target, []).append(record.vendor)
+    registrations = {(r.target, r.vendor): r for r in RUNTIME.registry.registrations()}
     listed = []
     for record in sorted(records, key=lambda r: (r.target, r.vendor != r.chosen_vendor, r.vendor)):
+        registration = registrations.get((record.target, record.vendor))
         detail = record.detail
         if record.status is Status.WAITING and not RUNTIME.installed:
             detail = "applies when its module is imported" if record.vendor == record.chosen_vendor else detail
@@ -117,9 +123,20 @@ def list_registrations() -> list[Listed]:
                 detail=detail,
                 source=record.source,
                 requires=record.requires,
+                pack=owner_of(record.source, record.target, record.vendor),
+                where=_where(registration),
+                doc=registration.doc.as_dict() if registration is not None and registration.doc else None,
             )
         )
     return listed
+
+
+def _where(registration: Registration | None) -> str | None:
+    """``file:line`` of a registration's ``register()`` call (the user's line, for their messages)."""
+    if registration is None or registration.where is None:
+        return None
+    filename, line = registration.where
+    return f"{filename}:{line}"
 
 
 # ---------------------------------------------------------------------------------- --check
@@ -142,6 +159,8 @@ class CheckResult:
     skipped: str | None = None  # why the impl could not be checked here
     requires: str | None = None  # the version gate
     not_for_version: str | None = None  # the gate excludes the installed release: not checked, not applied
+    pack: str = NOT_IN_A_PACK  # the shipped pack it belongs to, or "none": the user's (reporting/layout.py)
+    where: str | None = None  # file:line of its register() call
 
     @property
     def level(self) -> str:
@@ -170,6 +189,7 @@ class CheckReport:
     source_problems: list[str]
     messages: list[str]  # other warnings seen while importing (e.g. an unverified release)
     activation: dict[str, object] | None = None
+    notes: list[str] = field(default_factory=list)  # about the packs and this machine (GPU-only stand-ins served)
 
     @property
     def failed(self) -> bool:
@@ -187,6 +207,7 @@ class CheckReport:
             "registrations": [r.as_dict() for r in self.results],
             "source_problems": self.source_problems,
             "messages": self.messages,
+            "notes": self.notes,
             "activation": self.activation,
         }
 
@@ -216,7 +237,8 @@ def check(*, activation: bool = True) -> CheckReport:
         owners = {target: _import_owner(target) for target in sorted({r.target for r in current})}
         impls = {id(r): _load(r) for r in current}
         records = {(r.target, r.vendor): r for r in RUNTIME.engine.records()}
-        vendors = RUNTIME.engine.vendors()
+        # A vendor named by mistake (MG_FL_PREFER=cpuu) was said to be ignored: not one "here".
+        vendors = tuple(v for v in RUNTIME.engine.vendors() if v not in _activation._vendor_typos)
     _activation.uninstall()  # every original back: compare against upstream, not the patch
     results = [
         _check_one(r, owners[r.target], impls[id(r)], records.get((r.target, r.vendor)), vendors)
@@ -233,14 +255,18 @@ def check(*, activation: bool = True) -> CheckReport:
             source_problems.append(text)
         elif issubclass(warning.category, (FlPatchWarning, RuntimeWarning)):
             messages.append(text)
-    messages.extend(_all_gated_out(registrations))
-    messages.extend(_stand_ins_served())
+    # Targets the user registered: what is said about them is theirs; about the rest, the packs' notes.
+    user_targets = {r.target for r in registrations if owner_of(r.source, r.target, r.vendor) == NOT_IN_A_PACK}
+    messages.extend(_all_gated_out([r for r in registrations if r.target in user_targets]))
+    notes = _all_gated_out([r for r in registrations if r.target not in user_targets])
+    notes.extend(_stand_ins_served())
     report = CheckReport(
         megatron_core=megatron_core_version(),
         vendors=tuple(vendors),
         results=results,
         source_problems=list(dict.fromkeys(source_problems)),
         messages=list(dict.fromkeys(messages)),
+        notes=list(dict.fromkeys(notes)),
     )
     if activation:
         report.activation = check_activation()
@@ -263,6 +289,8 @@ def _result(registration: Registration, record: PatchRecord | None, **verdict: A
         source=registration.source,
         engine_status=record.status.value if record is not None else None,
         requires=registration.requires,
+        pack=owner_of(registration.source, registration.target, registration.vendor),
+        where=_where(registration),
         **verdict,
     )
 
