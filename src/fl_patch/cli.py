@@ -407,7 +407,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fl_patch.diagnostics.drift import run as drift_run  # --check --against: static, imports no megatron
 
         return drift_run(options.against, as_json=options.json, offline=options.offline)
-    _warn_near_miss_vendors(options.env.get(ENV.PREFER, ""))
     if options.command in ("list", "check"):
         with _stdout_for_json_only(options.json) as out:
             try:
@@ -447,19 +446,6 @@ def version_text() -> str:
         f"megatron-core {megatron or 'not installed (pip install megatron-core; on Python 3.11 add --ignore-requires-python)'}",
     ]
     return "\n".join(lines) + "\n"
-
-
-# Vendors fl_patch or FlagScale name by themselves; a --vendor close to one of these but not
-# one of them is most likely a typo (a plugin may bring any other name: only a warning).
-_KNOWN_VENDORS = ("cpu", "cuda", "npu", "musa", "mlu", "xpu", "kunlunxin", "metax", "iluvatar", "flaggems", "default")
-
-
-def _warn_near_miss_vendors(prefer: str) -> None:
-    for vendor in (v.strip() for v in prefer.split(",") if v.strip()):
-        if vendor not in _KNOWN_VENDORS:
-            hint = did_you_mean(vendor, _KNOWN_VENDORS, cutoff=0.75)
-            if hint:
-                sys.stderr.write(f"fl_patch: --vendor {vendor!r} is not a vendor fl_patch knows{hint}\n")
 
 
 @contextlib.contextmanager

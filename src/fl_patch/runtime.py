@@ -65,11 +65,13 @@ class Runtime:
     @property
     def problems(self) -> ProblemSink:
         if self._problems is None:
-            from fl_patch.core.errors import ProblemSink  # before the lock: never import while holding it
+            # Before the lock: never import while holding it. A core ProblemSink that adds the user's failing
+            # line to what it reports while an exception is handled (an impl that raised as it imported).
+            from fl_patch.reporting.located import LocatedProblemSink
 
             with self.lock:
                 if self._problems is None:
-                    self._problems = ProblemSink()
+                    self._problems = LocatedProblemSink()
         return self._problems
 
     @property

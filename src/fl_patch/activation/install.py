@@ -92,9 +92,11 @@ def _check_preferred_near_misses(settings: Settings) -> None:
         meant = None if vendor in known else closest(vendor, sorted(known))
         if meant is not None:
             _vendor_typos.add(vendor)
+            # Pointed at the setting, not at this line: the user's mistake is there (--vendor sets it too).
             RUNTIME.problems.problem(
-                f"fl_patch: MG_FL_PREFER names vendor {vendor!r}: did you mean {meant!r}? "
-                f"(no vendor {vendor!r} is known; it is ignored)"
+                f"fl_patch: MG_FL_PREFER (--vendor) names vendor {vendor!r}, which no registration or platform has: "
+                f"did you mean {meant!r}? ({vendor!r} is ignored)",
+                where=(f"<MG_FL_PREFER={','.join(settings.prefer)}>", 0),
             )
 
 

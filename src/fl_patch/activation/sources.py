@@ -32,12 +32,13 @@ import importlib.machinery
 import os
 import types
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from fl_patch.activation import lookup as _lookup
 from fl_patch.config.settings import ENV
 from fl_patch.core.errors import is_stop_request
 from fl_patch.impls import PACKS
+from fl_patch.reporting.located import users_line
 from fl_patch.runtime import RUNTIME
 
 ENV_LOADING = ENV.LOADING
@@ -110,7 +111,7 @@ def import_source(
                 problems.problem(
                     f"fl_patch: {what} {module_name!r} failed to import: {type(exc).__name__}: {exc}"
                     + _dropped_note(dropped),
-                    where=_users_line(exc),
+                    where=users_line(exc),
                 )
             return None
 
@@ -137,32 +138,6 @@ def _is_itself_missing(exc: BaseException, module_name: str) -> bool:
     """The registry module (or a package above it) does not exist, as opposed to failing inside."""
     name = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
     return bool(name) and (module_name == name or module_name.startswith(f"{name}."))
-
-
-def _users_line(exc: BaseException) -> tuple[str, int] | None:
-    """(file, line) of the innermost frame outside importlib and fl_patch: the user's line that failed."""
-    import os
-
-    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
-        return exc.filename, exc.lineno  # the line that does not parse, which no frame runs
-    # (both are packages loaded from files: __file__ is set)
-    skipped = tuple(
-        os.path.dirname(os.path.abspath(cast(str, m.__file__))) + os.sep for m in (importlib, _fl_patch_package())
-    )
-    found = None
-    tb = exc.__traceback__
-    while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if not filename.startswith("<frozen") and not os.path.abspath(filename).startswith(skipped):
-            found = (filename, tb.tb_lineno)
-        tb = tb.tb_next
-    return found
-
-
-def _fl_patch_package() -> types.ModuleType:
-    import sys
-
-    return sys.modules[__name__.partition(".")[0]]  # the whole fl_patch package: none of its frames is the user's
 
 
 def load_packs(names: tuple[str, ...] | None, registry: Registry, problems: ProblemSink) -> list[str]:
