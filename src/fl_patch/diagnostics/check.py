@@ -51,6 +51,7 @@ from fl_patch.core.resolve import Kind, Resolved, load_impl, owned_path
 from fl_patch.core.signatures import Finding, compare_signatures
 from fl_patch.diagnostics.forwarding import forwarding_findings
 from fl_patch.reporting.layout import NOT_IN_A_PACK, owner_of
+from fl_patch.reporting.located import users_line
 from fl_patch.runtime import RUNTIME
 
 __all__ = ["CheckReport", "CheckResult", "Listed", "check", "list_registrations"]
@@ -464,7 +465,9 @@ def _check_one(
                 f"is not active on this machine (active: {', '.join(vendors)}): run --check where it is"
             )
         else:
-            findings.append(Finding("error", f"impl does not import: {type(error).__name__}: {error}"))
+            line = users_line(error)
+            place = f" (raised at {line[0]}:{line[1]})" if line is not None else ""
+            findings.append(Finding("error", f"impl does not import: {type(error).__name__}: {error}{place}"))
     else:
         result.impl_loaded = True
 
@@ -474,7 +477,8 @@ def _check_one(
         else:
             assert resolved is not None
             stand_in = mock_stand_in(resolved.raw)  # as the engine: a mock has no shape to fit
-            fit = [] if stand_in else _fits(resolved, impl)
+            lacking = None if stand_in else _lacks_receiver(registration.target, resolved, impl)
+            fit = [] if stand_in else [lacking] if lacking is not None else _fits(resolved, impl)
             forwarding = [] if stand_in else _forwarding_of(registration.target, resolved, impl)
             fit = None if fit is None and not forwarding else [*(fit or []), *forwarding]
         findings.extend(fit or [])
@@ -489,6 +493,33 @@ def _check_one(
         if not any(f.level == "error" for f in findings):
             findings.append(Finding("error", f"the engine reports {record.status.value}: {record.detail}"))
     return result
+
+
+def _lacks_receiver(target: str, resolved: Resolved, impl: object) -> Finding | None:
+    """An impl of a method written without ``self``: one finding that says so, not one per shifted argument.
+
+    Recognised when the impl's parameters are the target's without its first (the receiver), or
+    begin with the target's second: the impl was written as if the method were a module function.
+    """
+    if resolved.kind is not Kind.METHOD or not inspect.isfunction(impl):
+        return None
+    theirs, _ = read_signature(resolved.raw, "target")
+    mine, _ = read_signature(impl, "impl")
+    if theirs is None or mine is None:
+        return None
+    target_names = [p.name for p in theirs.parameters.values()]
+    impl_names = [p.name for p in mine.parameters.values()]
+    if len(target_names) < 2 or not impl_names or impl_names[0] == target_names[0]:
+        return None
+    if impl_names[0] != target_names[1]:
+        return None
+    receiver = target_names[0]
+    method = target.rpartition(".")[2]
+    return Finding(
+        "error",
+        f"the impl lacks {receiver!r}: {target} is a method, so its impl is called with the instance first "
+        f"(write def {getattr(impl, '__name__', method)}({receiver}, {', '.join(impl_names)}))",
+    )
 
 
 def _forwarding_of(target: str, resolved: Resolved, impl: object) -> list[Finding]:

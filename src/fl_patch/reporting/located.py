@@ -6,7 +6,8 @@ user's to go to, finding it took ``--strict --traceback``. :func:`users_line` re
 exception's traceback for the innermost frame that is neither the import system nor fl_patch;
 :class:`LocatedProblemSink` (the process's ``RUNTIME.problems``) adds it to every problem
 reported while such an exception is being handled (the engine reports an impl that failed to
-import from inside its ``except``), in warnings and strict errors alike.
+import from inside its ``except``), in warnings and strict errors alike. In strict mode it also
+drops a closing "upstream code runs instead": the run stops there, nothing runs instead.
 """
 
 from __future__ import annotations
@@ -43,10 +44,23 @@ def users_line(exc: BaseException) -> tuple[str, int] | None:
     return found
 
 
+# What a message says happens instead of the patch: untrue once strict mode stops the run there.
+_FALLBACK_ENDINGS = ("; upstream code runs instead", ", upstream code runs", "; upstream code runs")
+
+
+def _without_fallback(message: str) -> str:
+    for ending in _FALLBACK_ENDINGS:
+        if message.endswith(ending):
+            return message[: -len(ending)]
+    return message
+
+
 class LocatedProblemSink(ProblemSink):
     """A ``ProblemSink`` whose messages, reported while an exception is handled, end with the user's failing line."""
 
     def problem(self, message: str, *, where: tuple[str, int] | None = None) -> None:
+        if self.strict:
+            message = _without_fallback(message)
         handled = sys.exc_info()[1]
         line = users_line(handled) if handled is not None else None
         if line is not None and line != where and line[0] not in message:
