@@ -385,6 +385,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if options.command in ("list", "check"):
             _apply_environment(options)  # activation reads the options, as the program's process would
+            from fl_patch.reporting.notices import silence
+
+            silence()  # the packs' notices: this output says what the packs do, one line each
         finish_site()
     if options.command == "help":
         sys.stdout.write(help_text(prog))

@@ -187,6 +187,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         (),
         "env",
+        "set by fl_patch: the packs' one-line notices said in this job, which its other processes do not repeat"
+        " (* : none; --list, --check and fl_patch.testing set it)",
+        variable=ENV.SAID,
+    ),
+    Option(
+        (),
+        "env",
         "set by the launcher: the directory it was started in, where a registry module that is not on sys.path "
         "is looked for (every process of the job looks in the same place)",
         variable=ENV.START_DIR,

@@ -51,9 +51,8 @@ class ENV:
     TRACEBACK = "FL_PATCH_TRACEBACK"  # "1": strict errors are shown with their traceback
     CUDA_ON_CPU = "FL_PATCH_CUDA_ON_CPU"  # "0": no CUDA-on-CPU transfer where there is no GPU (the cuda_on_cpu pack)
     LAUNCHED = "FL_PATCH_LAUNCHED"  # set by the launcher: the pid of the program it runs (exec keeps the pid)
-    START_DIR = (
-        "FL_PATCH_START_DIR"  # set by the launcher: its working directory, where registry modules are looked for last
-    )
+    SAID = "FL_PATCH_SAID"  # the packs' notices said in this job (children do not repeat them); "*": none
+    START_DIR = "FL_PATCH_START_DIR"  # set by the launcher: its cwd, where registry modules are looked for last
     LOADING = "FL_PATCH_LOADING"  # set while a process loads registries: the children it starts meanwhile skip them
     COMPARE = "FL_PATCH_COMPARE"  # N: the first N calls of each patch also run upstream's original, compared
     COMPARE_JSON = "FL_PATCH_COMPARE_JSON"  # a path: append the compare records there as JSON lines (implies COMPARE)
