@@ -491,7 +491,7 @@ def apply_filters(entries: list, only: list[tuple[str, str]], status_of: str = "
         attribute = status_of if key == "status" else key
         present = sorted({str(getattr(e, attribute)) for e in entries})
         kept = [e for e in entries if matches(key, wanted, str(getattr(e, attribute)))]
-        if not kept and entries:
+        if not kept and entries and not (key == "pack" and wanted.lower() == "none"):  # none of yours: an answer
             hint = did_you_mean(wanted, present) if key != "target" else ""
             shown = ", ".join(present) if len(present) <= 12 else ", ".join(present[:12]) + ", ..."
             raise UsageError(f"no registration has {key} {wanted!r}{hint}; here: {shown}")

@@ -72,7 +72,7 @@ def listing(listed: Sequence[Listed], *, full: bool, why: bool, width: int) -> s
     if yours:
         lines += wrap(_yours_head(yours, "listed") + "; * marks the vendor chosen on this machine", width)
         lines += _list_rows(yours, why=why, width=width, ours=True)
-    elif not full:
+    elif not full or not packs:
         lines += wrap(_NO_PLUGIN, width)
     if packs and full:
         for name, rows in packs.items():
@@ -168,7 +168,7 @@ def check_text(report: CheckReport, *, full: bool, width: int) -> str:
     if yours:
         lines += wrap(f"{_yours_head(yours, 'checked')}: {counts_text(r.level for r in yours)}", width)
         lines += _check_rows(yours, width, shared=set())
-    elif not full:
+    elif not full or not packs:
         lines += wrap(_NO_PLUGIN, width)
     for message in report.messages:
         lines += wrap(message, width, "warning: ", "  ")
