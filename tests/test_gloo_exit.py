@@ -5,11 +5,13 @@ run a Python callback on its future) after the interpreter began finalizing dies
 an active exception``; the rank exits with SIGABRT after the program finished. The handler waits, at exit, until
 every gloo worker is idle.
 
-The torchrun tests make the race certain rather than likely, so that they cannot pass or fail by chance on a
-loaded machine: the collective's future gets a Python callback that sleeps 0.5 s on the worker thread after the
-program's own wait returned (``LATE``), and ``torch._inductor`` is imported (as megatron-core does), which keeps
-the group's worker threads alive until finalization. Without the handler every such run aborts (checked here
-too, so the test cannot pass on a program that never meets the race).
+The torchrun tests do not leave the race to chance, so that they neither pass nor fail by chance on a loaded
+machine. ``torch._inductor`` is imported (as megatron-core does), which keeps the group's worker threads alive
+until finalization. One run makes the abort certain: a Python callback on the collective's future, on the gloo
+worker thread, wakes exactly when the interpreter finalizes (``LATE=finalize``). Under fl_patch the callback
+sleeps 0.5 s instead, after the program's own wait returned (``LATE=0.5``): the handler must wait for it, however
+loaded the machine; without the handler such a run aborts whenever the program exits within those 0.5 s
+(every run of ``python bench/gloo_exit.py --late 0.5``).
 """
 
 from __future__ import annotations
@@ -82,9 +84,11 @@ def test_the_handler_is_registered_before_the_programs_first_line(run_python, tm
 
 
 @pytest.mark.slow
-def test_without_the_handler_the_late_worker_aborts_the_rank(tmp_path) -> None:
-    """The program the next test runs under fl_patch, run without it: it meets the race, every time."""
-    code, output = _torchrun(tmp_path, under_fl_patch=False, LATE="0.5")
+def test_a_gloo_worker_that_wants_the_gil_while_the_interpreter_finalizes_aborts_the_rank(tmp_path) -> None:
+    """torch's race itself, made certain (the callback wakes exactly at finalization): the rank dies with SIGABRT
+    after the program returned. What the handler prevents; when this passes no more, torch fixed it (the module's
+    "When to drop")."""
+    code, output = _torchrun(tmp_path, under_fl_patch=False, LATE="finalize")
     assert code != 0 and "terminate called" in output, (code, output)
 
 
