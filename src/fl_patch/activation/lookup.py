@@ -12,8 +12,9 @@ first (as ``python -m`` does); the program it runs has its script's directory th
 not by the run, which then trained without it and said so in one warning. With this rule both
 find it, or both refuse with the same message (:func:`not_found_message`).
 
-Only the top-level names that are needed come from that directory, through a finder placed last
-in ``sys.meta_path``: the registry module's package and the packages its impls live in. The
+Only the top-level names that are needed come from that directory, through a finder that acts as
+if it were the last entry of ``sys.path`` for those names alone: the registry module's package and
+the packages its impls live in. The
 directory is not added to ``sys.path``: a module there must not shadow or supply anything else
 (an optional ``import apex`` of megatron's, say), which is why the launcher takes the current
 directory off its own ``sys.path`` at all (``fl_patch/__init__.py``).
@@ -44,7 +45,14 @@ def start_dir() -> str:
 
 
 class StartDirFinder:
-    """Last in ``sys.meta_path``: the named top-level packages, from the start directory, when nothing else has them."""
+    """The named top-level packages from the start directory, where ``sys.path`` has no regular module of that name.
+
+    It sits just before the path finder in ``sys.meta_path``, so that it behaves as if the start
+    directory were the last entry of ``sys.path`` and nothing more: a regular module or package
+    on ``sys.path`` wins; a namespace package there (a bare directory of that name, such as
+    ``examples/my_plugin`` beside a script in ``examples/``) loses to a regular one in the start
+    directory, as it would lose to one anywhere on ``sys.path``.
+    """
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
@@ -53,12 +61,31 @@ class StartDirFinder:
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if path is not None or fullname not in self.names:
+        if path is not None or fullname not in self.names or _regular_on_sys_path(fullname):
             return None
-        return importlib.machinery.PathFinder.find_spec(fullname, [self.directory])
+        return _regular_in(fullname, self.directory)
 
     def invalidate_caches(self) -> None:
         pass
+
+
+def _regular_in(name: str, directory: str) -> importlib.machinery.ModuleSpec | None:
+    """The spec of a module or regular package ``name`` in ``directory`` (not a namespace portion)."""
+    if not directory or not name.isidentifier():
+        return None
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(name, [directory])
+    except (ImportError, ValueError):
+        return None
+    return spec if spec is not None and spec.origin is not None else None
+
+
+def _regular_on_sys_path(name: str) -> bool:
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(name, sys.path)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.origin is not None
 
 
 def _finder(directory: str) -> StartDirFinder:
@@ -66,24 +93,15 @@ def _finder(directory: str) -> StartDirFinder:
         if isinstance(entry, StartDirFinder) and entry.directory == directory:
             return entry
     finder = StartDirFinder(directory)
-    sys.meta_path.append(finder)
+    index = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder), len(sys.meta_path))
+    sys.meta_path.insert(index, finder)
     return finder
 
 
-def _on_sys_path(name: str) -> bool:
-    try:
-        return importlib.machinery.PathFinder.find_spec(name, sys.path) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _in_start_dir(name: str, directory: str) -> bool:
-    if not directory or not name.isidentifier():
-        return False
-    try:
-        return importlib.machinery.PathFinder.find_spec(name, [directory]) is not None
-    except (ImportError, ValueError):
-        return False
+def _namespace_only(name: str) -> bool:
+    """Whether ``name`` was imported as a namespace package (a directory without ``__init__.py``)."""
+    module = sys.modules.get(name)
+    return module is not None and getattr(module, "__file__", None) is None and hasattr(module, "__path__")
 
 
 def serve_from_start_dir(module_name: str) -> bool:
@@ -94,12 +112,16 @@ def serve_from_start_dir(module_name: str) -> bool:
     """
     top = module_name.partition(".")[0]
     directory = start_dir()
-    if top in sys.modules or not _in_start_dir(top, directory):
+    if _regular_in(top, directory) is None or _regular_on_sys_path(top):
+        return False
+    if top in sys.modules and not _namespace_only(top):
         return False
     finder = _finder(directory)
     if top in finder.names:
         return False  # served already, and still not found: the module itself is missing
     finder.names.add(top)
+    for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+        del sys.modules[name]  # the namespace package that hid it, and what was imported through it
     importlib.invalidate_caches()
     return True
 
@@ -112,9 +134,8 @@ def serve_impl_roots(registry_module: str, impls: Iterable[str]) -> None:
         return
     for impl in impls:
         root = impl.partition(":")[0].partition(".")[0]
-        if root and root not in finder.names and root not in sys.modules and not _on_sys_path(root):
-            if _in_start_dir(root, directory):
-                finder.names.add(root)
+        if root and root not in finder.names and not _regular_on_sys_path(root) and _regular_in(root, directory):
+            finder.names.add(root)
 
 
 def _close_names(word: str, choices: Iterable[str]) -> str:
