@@ -26,7 +26,7 @@ run() {  # run NAME ENV... -- FLAGS...
     --out "$RUNS/$name.json" > "$RUNS/$name.log" 2>&1 || echo "FAILED $name: $(tail -3 "$RUNS/$name.log")"
 }
 P=MG_FL_PREFER=flaggems; U=FL_PATCH=0
-TE_OFF=FL_PATCH_DISABLE=$(python3 -c "from fl_patch.impls.flaggems.registry import TE_PATCHES as t; print(','.join(x for x, _ in t))")
+TE_OFF=FL_PATCH_DISABLE=$(python3 -c "from fl_patch.impls.flaggems.registry import TE_PATCHES as t; print(','.join(x for x, *_ in t))")
 moe=(--layers 8 --experts 8 --topk 2 --moe-ffn 1408 --mbs 2)
 for what in ${TE_MOE_RUNS:-dense moe mla}; do
   case $what in

@@ -1,4 +1,4 @@
-"""What fl_patch adds to ``import megatron.core``, in instructions executed (valgrind's callgrind).
+"""What fl_patch adds to importing megatron's GPT model and optimizer, in instructions executed (callgrind).
 
 Instruction counts do not depend on what else the machine is doing, so they settle what
 wall or CPU time on a shared 2-core machine cannot (``bench/overhead.py``'s import row
@@ -7,6 +7,7 @@ moved by +-50 ms between runs of the same code). Variants, each one process unde
 
 * ``by hand``: upstream megatron-core with the one change it needs to import here (a
   stand-in for ``...moe.ops.paged_stash``, which imports triton), put in by hand;
+* ``fl_patch, no packs``: the sitecustomize on ``PYTHONPATH``, ``FL_PATCH_PACKS=none``;
 * ``fl_patch, every pack``: the sitecustomize on ``PYTHONPATH``, every shipped pack;
 * ``fl_patch, no CUDA-on-CPU transfer``: every pack but ``cuda_on_cpu`` (what a machine
   with a GPU loads; the transfer registers only where there is none).
@@ -34,10 +35,13 @@ HAND = (
     "s.paged_stash_copy_kernel = s.paged_stash_pop_kernel = None\n"
     "sys.modules[s.__name__] = s\n"
 )
+# What a training script imports first (issue 43's start-up figure): megatron-core's GPT model and optimizer.
+IMPORTS = "import megatron.core.models.gpt.gpt_model, megatron.core.optimizer\n"
 VARIANTS = {
-    "by hand": (HAND + "import megatron.core\n", {}),
-    "fl_patch, every pack": ("import megatron.core\n", {"template": "1"}),
-    "fl_patch, no CUDA-on-CPU transfer": ("import megatron.core\n", {"template": "1", "FL_PATCH_CUDA_ON_CPU": "0"}),
+    "by hand": (HAND + IMPORTS, {}),
+    "fl_patch, no packs": (IMPORTS, {"template": "1", "FL_PATCH_PACKS": "none"}),
+    "fl_patch, every pack": (IMPORTS, {"template": "1"}),
+    "fl_patch, no CUDA-on-CPU transfer": (IMPORTS, {"template": "1", "FL_PATCH_CUDA_ON_CPU": "0"}),
 }
 
 

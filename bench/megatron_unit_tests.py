@@ -276,11 +276,20 @@ def _this_python_first() -> str:
     return str(folder)
 
 
-def _env(root: Path, mode: str, fl_patch_tree: Path, deps_dir: Path = DEPS_DIR) -> dict[str, str]:
+def _env(
+    root: Path,
+    mode: str,
+    fl_patch_tree: Path,
+    deps_dir: Path = DEPS_DIR,
+    extra: tuple[dict[str, str], tuple[str, ...]] | None = None,
+) -> dict[str, str]:
+    """The test processes' environment; ``extra``: (variables, ``PYTHONPATH`` entries) a caller adds, such as
+    a registry of its own (``bench/oracle.py`` registers its identical copies this way)."""
     env = {k: v for k, v in os.environ.items() if not (k.startswith("FL_PATCH") or k == "MG_FL_PREFER")}
     env["PATH"] = os.pathsep.join([_this_python_first(), env.get("PATH", "")])
     package_root = fl_patch_tree / "src" if (fl_patch_tree / "src" / "fl_patch").is_dir() else fl_patch_tree
-    paths = [str(fl_patch_tree / "sitecustomize_template"), str(package_root), str(deps_dir), str(SUPPORT), str(root)]
+    paths = [str(fl_patch_tree / "sitecustomize_template"), str(package_root), str(deps_dir), str(SUPPORT)]
+    paths += [*(extra[1] if extra else ()), str(root)]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.update(
         WORLD_SIZE="1",
@@ -292,6 +301,8 @@ def _env(root: Path, mode: str, fl_patch_tree: Path, deps_dir: Path = DEPS_DIR) 
         CUDA_DEVICE_MAX_CONNECTIONS="1",
     )
     env.update(MODES[mode])
+    if extra:
+        env.update(extra[0])
     return env
 
 
@@ -313,12 +324,13 @@ def run_file(
     fl_patch_tree: Path = REPO,
     deps_dir: Path = DEPS_DIR,
     nproc: int = 1,
+    extra: tuple[dict[str, str], tuple[str, ...]] | None = None,
 ) -> dict[str, object]:
     """One pytest process for one test file (``nproc`` > 1: one per rank under torchrun); its outcomes and how it ended."""
     rel = test_file.relative_to(root).as_posix()
     with tempfile.TemporaryDirectory(prefix="mlm-ut-") as tmp:
         results = Path(tmp) / "results.{rank}.jsonl"
-        env = _env(root, mode, fl_patch_tree, deps_dir)
+        env = _env(root, mode, fl_patch_tree, deps_dir, extra)
         env["FL_PATCH_MLM_RESULTS"] = str(results)
         launcher: list[str] = []
         if nproc > 1:

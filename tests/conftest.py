@@ -164,3 +164,23 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     megatron-core (about 0.6 GB) and most tests start interpreters of their own, so more
     workers than cores only queue, and past four they only add memory."""
     return max(1, min(4, os.cpu_count() or 1))
+
+
+def runs(installed: object, impl: object) -> bool:
+    """Whether ``installed`` (what a target holds now) runs ``impl``.
+
+    fl_patch never installs the impl object itself: a function or method target holds fl_patch's own
+    function over the impl's code (``core/patch.py``), and a class target keeps the upstream class,
+    whose instantiation builds the impl (``core/classes.py``; a re-exported name holds a stand-in
+    subclass of the impl).
+    """
+    from fl_patch.core.classes import is_stand_in, redirects_to
+
+    if isinstance(installed, (staticmethod, classmethod)):
+        installed = installed.__func__
+    if isinstance(impl, (staticmethod, classmethod)):
+        impl = impl.__func__
+    if isinstance(installed, type) and isinstance(impl, type):
+        return redirects_to(installed) is impl or (is_stand_in(installed) and installed.__mro__[1] is impl)
+    code = getattr(installed, "__code__", None)
+    return code is not None and code is getattr(impl, "__code__", None) and installed is not impl

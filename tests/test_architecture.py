@@ -1,10 +1,13 @@
-"""The package's shape (issue 23): no import circle between fl_patch's modules, no class over 300 lines; and no
+"""The package's shape (issue 44): layers that are packages, imports only downward, no circle; and no
 impl that reads its own patched target when it runs.
 
-They read the source with ``ast`` (nothing is imported), so they cost milliseconds; the last one first asks a
-fresh interpreter for every pack's registrations (strings). An import
-counts where it is written at module level, including under ``if TYPE_CHECKING:`` (a type
-checker follows those too); imports inside functions are deferred on purpose and do not.
+Every import counts, wherever it is written: at module level, under ``if TYPE_CHECKING:``, or inside a
+function (a deferred import is still a dependency). The tests read the source with ``ast`` (nothing is
+imported), so they cost milliseconds; the last one first asks a fresh interpreter for every pack's
+registrations (strings).
+
+The layers, bottom to top (docs/architecture.md draws them): a module imports only modules of its own
+layer or of layers below it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,34 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "fl_patch"
-MAX_CLASS_LINES = 300
+
+# Bottom to top. "top": the public API (the package's __init__), the CLI, the plugin test helper, and what is
+# built on the public API like a plugin: the shipped packs (impls) and the job features (job).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("config",),
+    ("core",),
+    ("hooks",),
+    ("engine",),
+    ("runtime",),
+    ("host",),
+    ("reporting",),
+    ("compare",),
+    ("sources",),
+    ("compat",),
+    ("activation",),
+    ("diagnostics",),
+    ("", "__main__", "cli", "testing", "impls", "job"),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of ``fl_patch.<part>...``'s first part (the package itself is "")."""
+    parts = module.split(".")
+    first = parts[1] if len(parts) > 1 else ""
+    for index, names in enumerate(LAYERS):
+        if first in names:
+            return index
+    raise AssertionError(f"{module}: not in any layer of tests/test_architecture.py (add its package there)")
 
 
 def _modules() -> dict[str, Path]:
@@ -26,41 +56,35 @@ def _modules() -> dict[str, Path]:
     return modules
 
 
-def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    found: list[ast.Import | ast.ImportFrom] = []
-    pending: list[ast.stmt] = list(tree.body)
-    while pending:
-        node = pending.pop()
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            found.append(node)
-        elif isinstance(node, ast.If | ast.Try):  # TYPE_CHECKING blocks, optional imports
-            pending.extend(node.body)
-            pending.extend(node.orelse)
-            pending.extend(getattr(node, "finalbody", []))
-            for handler in getattr(node, "handlers", []):
-                pending.extend(handler.body)
-    return found
-
-
 def import_graph() -> dict[str, set[str]]:
-    """Each fl_patch module -> the fl_patch modules it imports at module level."""
+    """Each fl_patch module -> the fl_patch modules it imports, anywhere in its source.
+
+    ``from pkg import mod`` imports the module ``pkg.mod`` (and, as any import, runs ``pkg``'s
+    ``__init__`` first, which is not counted: a package's own ``__init__`` runs before any of its
+    modules whatever imports them).
+    """
     modules = _modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in _module_level_imports(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
-            else:
+            elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
                     anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                     base = ".".join([*anchor, base] if base else anchor)
-                # ``from pkg import mod`` imports the module pkg.mod when there is one.
                 targets = [
                     f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names
                 ]
-            graph[name].update(t for t in targets if t in modules and t != name)
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]  # an attribute of a module: the module
+                if target and target != name:
+                    graph[name].add(target)
     return graph
 
 
@@ -96,6 +120,7 @@ def test_the_graph_sees_fl_patch_imports() -> None:
     graph = import_graph()
     assert "fl_patch.core.registration" in graph["fl_patch.core.registry"]
     assert "fl_patch.core.registration" in graph["fl_patch.core.target"]  # under TYPE_CHECKING
+    assert "fl_patch.sources" in graph["fl_patch.activation.install"]  # from fl_patch import sources
     assert len(graph) > 30
 
 
@@ -104,30 +129,43 @@ def test_no_import_circle_in_fl_patch() -> None:
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
 
 
-def _long_classes() -> list[str]:
-    long = []
-    for path in PACKAGE.rglob("*.py"):
-        if "impls" in path.relative_to(PACKAGE).parts:
-            continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ClassDef):
-                lines = (node.end_lineno or node.lineno) - node.lineno + 1
-                if lines > MAX_CLASS_LINES:
-                    long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({lines} lines)")
-    return long
+def test_every_module_is_in_a_layer_and_imports_only_downward() -> None:
+    upward = []
+    for module, imported in import_graph().items():
+        for target in sorted(imported):
+            if layer_of(target) > layer_of(module):
+                upward.append(f"{module} -> {target}")
+    assert upward == [], "imports up the layers: " + "; ".join(upward)
 
 
-def test_no_class_over_300_lines_outside_impls() -> None:
-    assert _long_classes() == []
+def test_the_graph_reads_imports_inside_functions() -> None:
+    graph = import_graph()
+    # install() imports the strict and report modes inside a function, only when they are on
+    assert "fl_patch.reporting.exit_report" in graph["fl_patch.activation.install"]
+
+
+def test_no_subpackage_shadows_a_public_name() -> None:
+    """``fl_patch.report`` is a function; a subpackage ``fl_patch/report/`` would replace it on the package
+    the moment any of its modules is imported (it did: ``fl_patch.report()`` became a module)."""
+    import fl_patch
+
+    children = {
+        path.stem if path.is_file() else path.name for path in PACKAGE.iterdir() if not path.name.startswith("_")
+    }
+    assert sorted(set(fl_patch.__all__) & children) == []
 
 
 # Every pack's registrations, as strings (a registry imports nothing of what it names): (target, impl) pairs.
 _REGISTRATIONS = """
 import json, fl_patch
-import fl_patch.impls.cpu.registry, fl_patch.impls.flaggems.registry
-from fl_patch.impls.cpu import cuda_on_cpu_registry as transfer
+import importlib
+from fl_patch.impls import PACKS
+from fl_patch.impls.conditions import ALL, assuming
+with assuming({condition: True for condition in ALL}):  # every registration, whatever this machine has
+    for spec in PACKS.values():
+        module, _, function = spec.partition(":")
+        getattr(importlib.import_module(module), function)()
 pairs = {(r.target, r.impl) for r in fl_patch.report()}
-pairs |= {*transfer.TORCH_TARGETS, *transfer.MEGATRON_TARGETS, *transfer.WITHOUT_EXTENSIONS_TARGETS}
 print(json.dumps(sorted(pairs)))
 """
 

@@ -90,10 +90,15 @@ def oracle_compatible(target: inspect.Signature, impl: inspect.Signature, receiv
     """
     impl_named = {p.name for p in impl.parameters.values() if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)}
     keyword_names = _keyword_names(target, receiver)
+    renames = _positional_renames(target, impl, receiver)
+    reaching = {renames.get(name, name) for name in keyword_names}  # names the adapter hands the impl
     landings: dict[str, set[str]] = {}
     for args, kwargs in _calls(target, receiver):
+        passed_on = {renames.get(k, k): v for k, v in kwargs.items()}
+        if len(passed_on) < len(kwargs):
+            return False  # two of the call's keywords would reach the impl under one name
         try:
-            in_impl = _where(impl, args, kwargs)
+            in_impl = _where(impl, args, passed_on)
         except TypeError:
             return False
         for value, t_name in _where(target, args, kwargs).items():
@@ -106,9 +111,25 @@ def oracle_compatible(target: inspect.Signature, impl: inspect.Signature, receiv
                 continue
             if t_name in keyword_names:
                 landings.setdefault(t_name, set()).add(i_name)
-            elif i_name in impl_named and i_name in keyword_names:
+            elif i_name in impl_named and i_name in reaching:
                 return False  # a positional-only argument in a slot that callers also name
-    return all(found <= {name} or found <= {"*", "**"} for name, found in landings.items())
+    return all(found <= {renames.get(name, name)} or found <= {"*", "**"} for name, found in landings.items())
+
+
+def _positional_renames(target: inspect.Signature, impl: inspect.Signature, receiver: bool) -> dict[str, str]:
+    """What a caller naming the target's parameter at position i means: the impl's parameter at position i.
+
+    (fl_patch passes keyword calls on under the impl's names where both take position i by name.)"""
+    positional = (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)
+    t_pos = [p for p in target.parameters.values() if p.kind in positional]
+    i_pos = [p for p in impl.parameters.values() if p.kind in positional]
+    renames = {}
+    for index, (theirs, ours) in enumerate(zip(t_pos, i_pos, strict=False)):
+        if receiver and index == 0:
+            continue
+        if theirs.kind is ours.kind is P.POSITIONAL_OR_KEYWORD and theirs.name != ours.name:
+            renames[theirs.name] = ours.name
+    return renames
 
 
 def _keyword_names(sig: inspect.Signature, receiver: bool) -> set[str]:

@@ -35,6 +35,7 @@ from fl_patch.activation import install as _activation
 
 MC = "megatron.core"
 REGISTRY = "fl_patch.impls.cpu.registry"
+WITHOUT_TE_REGISTRY = "fl_patch.impls.without_te.registry"  # the shared pack the CPU pack registers for vendor cpu
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -55,10 +56,7 @@ def _environ(**values: str) -> Iterator[None]:
 @contextlib.contextmanager
 def cpu_pack(disable: str = "") -> Iterator[None]:
     """The CPU pack installed in this process (megatron.core is already imported: late patches)."""
-    _activation._reset_for_tests()
-    # _reset_for_tests forgets registrations, but the pack's registry module stays imported
-    # and would not run again: drop it so that install() registers the pack afresh.
-    sys.modules.pop(REGISTRY, None)
+    _activation._reset_for_tests()  # forgets registrations: install() calls the pack's register_pack() afresh
     with _environ(
         FL_PATCH_PACKS="cpu",
         MG_FL_PREFER="cpu",
@@ -71,7 +69,6 @@ def cpu_pack(disable: str = "") -> Iterator[None]:
         yield
     finally:
         _activation._reset_for_tests()
-        sys.modules.pop(REGISTRY, None)
 
 
 def _rebind_names_left_by_reloads() -> None:
@@ -798,8 +795,13 @@ def test_patch_removes_the_cuda_assumption_and_the_result_is_right(
 
 def test_every_registered_patch_has_a_test_here() -> None:
     with cpu_pack():
-        # megatron.training's patches (training_registry.py) are tested in test_training_pack.py.
-        registered = {r.target for r in fl_patch.report() if r.vendor == "cpu" and r.source == REGISTRY}
+        # megatron-core's patches of the pack and of the shared pack without_te it registers; megatron.training's
+        # (the registry's second part) are tested in test_training_pack.py.
+        registered = {
+            r.target
+            for r in fl_patch.report()
+            if r.vendor == "cpu" and r.source in (REGISTRY, WITHOUT_TE_REGISTRY) and r.target.startswith(f"{MC}.")
+        }
     tested = {f"{MC}.{c.target}" for c in CASES}
     assert registered - tested == set(TESTED_ELSEWHERE)
     assert tested <= registered
@@ -818,6 +820,13 @@ TESTED_ELSEWHERE = {
     f"{MC}.transformer.moe.moe_utils.maybe_move_tensor_to_cpu": "test_te_spec.py::test_pretrain_gpt_te_spec_moe_ep2_mla (alltoall at EP=2)",
     # its streams need the CUDA-on-CPU transfer, which this file leaves off
     f"{MC}.optimizer.cpu_offloading.hybrid_optimizer.HybridDeviceOptimizer._get_sub_optimizer_param_groups": "test_cuda_on_cpu.py::test_optimizer_cpu_offload_steps_as_adam_on_host_parameters",
+    # megatron-core without flash-attn / TE, or from the wheel (cpu/without_extensions.py)
+    f"{MC}.utils.get_fa_version": "test_cuda_on_cpu.py::test_megatron_without_te_and_flash_attn_with_and_without_the_patches",
+    f"{MC}.tensor_parallel.random.CheckpointWithoutOutput.__init__": "test_cuda_on_cpu.py::test_megatron_without_te_and_flash_attn_with_and_without_the_patches",
+    f"{MC}.datasets.utils.compile_helpers": "test_cuda_on_cpu.py::test_megatron_without_te_and_flash_attn_with_and_without_the_patches",
+    # megatron-core modules only megatron.training reaches (the registry's megatron.training part)
+    f"{MC}.timers.torch": "test_training_pack.py (WITHOUT)",
+    f"{MC}.rerun_state_machine.torch": "test_training_pack.py (WITHOUT)",
 }
 
 
@@ -916,6 +925,7 @@ def test_upstream_code_compiled_by_torch_compile_traces_through_the_view(megatro
 PROBE = """
 import json, sys
 import fl_patch.impls.cpu.registry
+fl_patch.impls.cpu.registry.register_pack()
 imported_at_registry = sorted(m for m in ("torch", "megatron", "megatron.core") if m in sys.modules)
 import fl_patch
 fl_patch.install()

@@ -177,12 +177,14 @@ def test_registry_lists_what_the_impl_module_offers() -> None:
     """The registry's factory list (kept there so that registering imports no torch) is the impl module's."""
     import torch
 
-    from fl_patch.impls.cpu import cuda_on_cpu, cuda_on_cpu_registry
+    from fl_patch.impls.cpu import cuda_names
+    from fl_patch.impls.cuda_on_cpu import registry as cuda_on_cpu_registry
+    from fl_patch.impls.cuda_on_cpu import transfer
 
-    # one list, kept in the registry so that registering imports no torch
-    assert cuda_on_cpu.FACTORIES is cuda_on_cpu_registry.FACTORY_NAMES
-    assert all(callable(getattr(torch, name, None)) for name in cuda_on_cpu_registry.FACTORY_NAMES)
-    for target, impl in cuda_on_cpu_registry.TORCH_TARGETS + cuda_on_cpu_registry.WITHOUT_EXTENSIONS_TARGETS:
+    # one list, kept apart from torch so that registering imports no torch
+    assert transfer.FACTORIES is cuda_names.FACTORY_NAMES
+    assert all(callable(getattr(torch, name, None)) for name in cuda_names.FACTORY_NAMES)
+    for target, impl, _doc in cuda_on_cpu_registry.TORCH_TARGETS + cuda_on_cpu_registry.MEGATRON_TARGETS:
         module, _, name = impl.rpartition(".")
         assert hasattr(sys.modules.get(module) or __import__(module, fromlist=[name]), name), (target, impl)
     assert cuda_on_cpu_registry.transfer_enabled({})
@@ -192,7 +194,7 @@ def test_registry_lists_what_the_impl_module_offers() -> None:
     # A pack of its own: FL_PATCH_PACKS=cpu leaves it out.
     from fl_patch.impls import PACKS
 
-    assert PACKS["cuda_on_cpu"] == "fl_patch.impls.cpu.cuda_on_cpu_registry:register_pack"
+    assert PACKS["cuda_on_cpu"] == "fl_patch.impls.cuda_on_cpu.registry:register_pack"
 
 
 HYBRID_OFFLOAD = REPO / "tests" / "support" / "cuda_on_cpu" / "hybrid_offload.py"
@@ -225,7 +227,8 @@ def _context_stand_ins() -> dict[str, object]:
     return annotation is one, called with a stream (nothing else is called: no side effects)."""
     import typing
 
-    from fl_patch.impls.cpu import cuda_on_cpu, cuda_stand_ins, torch_view
+    from fl_patch.impls.cpu import cuda_stand_ins, torch_view
+    from fl_patch.impls.cuda_on_cpu import transfer as cuda_on_cpu
 
     def is_context(kind: object) -> bool:  # a stand-in's own context class (torch.device is torch's own, re-enterable)
         own = isinstance(kind, type) and not kind.__module__.startswith("torch")

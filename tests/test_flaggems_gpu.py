@@ -469,11 +469,11 @@ def test_moe_te_grouped_on_the_pack_trains_as_the_same_modules_in_torch(run_pyth
 
     moe = ("--experts", "4", "--topk", "2", "--moe-ffn", "704", "--spec", "te", "--grouped-gemm", "--bias-act-fusion")
     pack = _curve(run_python, tmp_path, "pack", {"MG_FL_PREFER": "flaggems"}, *moe)
-    disabled = ",".join(target for target, _ in TE_PATCHES)
+    disabled = ",".join(target for target, *_ in TE_PATCHES)
     plain = _curve(run_python, tmp_path, "plain", {"MG_FL_PREFER": "flaggems", "FL_PATCH_DISABLE": disabled}, *moe)
     assert "TEGroupedMLP" in pack["module_classes"] and pack["fallbacks"] == [], pack["fallbacks"]
     status = {r["target"]: r["status"] for r in plain["flaggems_report"]}
-    assert {t: status.get(t) for t, _ in TE_PATCHES} == {t: "disabled" for t, _ in TE_PATCHES}, status
+    assert {t: status.get(t) for t, *_ in TE_PATCHES} == {t: "disabled" for t, *_ in TE_PATCHES}, status
     _windows_agree(pack["losses"], plain["losses"], 0.02, 0.01)
 
 
@@ -519,7 +519,7 @@ def test_megatrons_full_iteration_cuda_graph_replays_the_packs_kernels(run_pytho
 def test_wgrad_accumulation_adds_the_fp32_product_into_main_grad_in_one_call() -> None:
     """fl_patch's stand-in for Apex's ``wgrad_gemm_accum_fp32`` (gradient_accumulation_fusion without Apex): on this
     torch the in-place mixed-precision addmm is trusted, and the sum is closer to fp64 than bf16's product added."""
-    from fl_patch.impls.cpu import wgrad_accumulation
+    from fl_patch.impls.without_te import wgrad_accumulation
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(3, 101, 136, device="cuda", dtype=torch.bfloat16, generator=gen)  # [s, b, in], odd sizes

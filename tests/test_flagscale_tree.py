@@ -37,7 +37,7 @@ from megatron.plugin.kunlunxin import filesystem_async as tree_fa
 from megatron.plugin.optimizer import clip_grads as tree_clip
 TREE_TARGETS = {r.target for r in fl_patch.report() if r.source == "megatron.plugin.override_registry"}
 norm = float(clip_grads.get_grad_norm_fp32([torch.tensor([3.0, 4.0])]))
-kunlunxin = W.preload_tensors.__module__ == "megatron.plugin.kunlunxin.filesystem_async"
+kunlunxin = W.preload_tensors.__code__.co_filename.endswith("megatron/plugin/kunlunxin/filesystem_async.py")
 preloaded = W.preload_tensors([("f", "k", ([], [(1, torch.ones(2))]))]) if kunlunxin else None
 print("RESULT" + json.dumps({
     "norm": norm,

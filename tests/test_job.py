@@ -16,10 +16,10 @@ import pytest
 
 from fl_patch.config.settings import Settings, malformed_values, rank_check_mode, rank_check_timeout
 from fl_patch.core.records import PatchRecord, Status
+from fl_patch.host.ranks import process_rank
 from fl_patch.job import merge as job_merge
 from fl_patch.job.digest import PatchState, impl_file, state_rows
 from fl_patch.job.rank_check import CheckFailed, check_group
-from fl_patch.job.ranks import process_rank
 
 # ------------------------------------------------------------------ merge
 

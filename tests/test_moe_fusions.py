@@ -1,4 +1,4 @@
-"""TE's fused MoE functions without TE (``fl_patch/impls/cpu/moe_fusions.py``): ``--moe-permute-fusion`` and
+"""TE's fused MoE functions without TE (``fl_patch/impls/te/moe_fusions.py``): ``--moe-permute-fusion`` and
 ``--moe-router-fusion`` on real megatron-core, against megatron's own unfused code, and end to end.
 """
 
@@ -40,8 +40,8 @@ def test_have_te_in_moe_utils_guards_only_the_fused_functions() -> None:
     """fl_patch sets ``HAVE_TE = True`` in ``moe_utils`` alone: that is right only while every use of the name
     there is the TE import block or ``not HAVE_TE or fused_x is None`` in front of a fused function it provides.
     Re-read from the installed megatron-core, so a new use of the name is noticed."""
-    from fl_patch.impls.cpu import moe_fusions
-    from fl_patch.impls.cpu.te_registry import TE_MOE_FUSIONS
+    from fl_patch.impls.te import moe_fusions
+    from fl_patch.impls.te.registry import TE_MOE_FUSIONS
 
     tree = _moe_utils_source()
     parents = {child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}

@@ -84,13 +84,13 @@ def test_a_preferred_vendor_whose_impl_cannot_load_falls_back_to_the_next(megatr
     with pytest.warns(fl_patch.FlPatchWarning, match=r"fltest_no_such_dependency.*trying vendor 'default'") as said:
         fl_patch.install()
     assert len([w for w in said if issubclass(w.category, fl_patch.FlPatchWarning)]) == 1
-    assert clip_grads.get_grad_norm_fp32.__module__ == "fltest_plugin.impls"
+    assert clip_grads.get_grad_norm_fp32.__code__.co_filename.endswith("fltest_plugin/impls.py")
     records = {r.vendor: r for r in fl_patch.report()}
     assert records["musa"].status is Status.IMPL_FAILED and records["musa"].chosen_vendor == "default"
     assert records["default"].status is Status.APPLIED
     assert "vendor 'musa' failed (ModuleNotFoundError" in records["default"].detail
     fl_patch.uninstall()
-    assert clip_grads.get_grad_norm_fp32.__module__ == "megatron.core.optimizer.clip_grads"
+    assert clip_grads.get_grad_norm_fp32.__code__.co_filename.endswith("megatron/core/optimizer/clip_grads.py")
 
 
 def test_no_impl_for_the_chosen_vendors_leaves_the_target_upstream(engine, monkeypatch) -> None:

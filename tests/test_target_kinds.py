@@ -29,7 +29,7 @@ from fl_patch import Status
 from fl_patch.core import kinds as _kinds
 from fl_patch.core.resolve import resolve_in
 
-from .conftest import clean_env
+from .conftest import clean_env, runs
 
 _COUNTER = itertools.count()
 ACTIVATIONS = ("hook", "imported_before_install", "registered_after_install")
@@ -118,52 +118,64 @@ def test_replaced_class_keeps_every_isinstance_and_issubclass(engine, sandbox, t
     impl = sys.modules[impl_module].Impl
     original = fl_patch.original(f"{module}.Original")
     assert _record(f"{module}.Original").status is Status.APPLIED, _record(f"{module}.Original").detail
+    # The name keeps the upstream class (core/classes.py); what it builds is the impl.
     name = mod.Original
-    assert name is not original and issubclass(name, impl) and _kinds.is_stand_in(name)
+    assert name is original and runs(name, impl)
 
     # Everything the check accepted before the patch, it accepts now.
-    for obj in (mod.MADE_BEFORE, mod.Before(), original(), impl(), name()):
+    for obj in (mod.MADE_BEFORE, mod.Before(), impl(), name()):
         assert mod.accepts(obj) and isinstance(obj, name), obj
     assert mod.accepts_class(mod.Before) and mod.accepts_class(original) and mod.accepts_class(impl)
     if target_kind == "abc":
         assert mod.accepts(mod.Virtual()) and mod.accepts_class(mod.Virtual)
     # ... and nothing else.
     assert not mod.accepts(object()) and not mod.accepts_class(int)
-    if target_kind != "abc":  # (ABCMeta asks its subclasses, the stand-in among them: docs/reliability.md)
-        assert not issubclass(mod.Before, impl)  # the promise is about the name, not the impl
+    if target_kind != "abc":  # (ABCMeta asks its subclasses, the impl among them)
+        assert not issubclass(mod.Before, impl)
 
-    # New objects are the impl's, under the upstream name; a later subclass is an ordinary one.
+    # The name builds the impl; a subclass (made before, or later) builds itself.
     made = name()
-    assert type(made) is name and made.greet() == "impl" and isinstance(made, original)
-    assert type(pickle.loads(pickle.dumps(made))) is name and pickle.loads(pickle.dumps(name)) is name
+    assert type(made) is impl and made.greet() == "impl" and isinstance(made, original)
+    assert type(mod.Before()) is mod.Before and mod.Before().greet() == "upstream"
+    assert type(pickle.loads(pickle.dumps(made))) is impl and pickle.loads(pickle.dumps(name)) is name
     later = type("Later", (name,), {})
-    assert mod.accepts_class(later) and not isinstance(mod.MADE_BEFORE, later)
-    assert repr(name).endswith(f"(fl_patch: {impl_module}.Impl)>")
+    assert mod.accepts_class(later) and type(later()) is later and not isinstance(mod.MADE_BEFORE, later)
 
     fl_patch.uninstall()
-    assert mod.Original is original and mod.accepts(made)
+    assert mod.Original is original and mod.accepts(made) and type(original()) is original
+    assert original().greet() == "upstream"
 
 
-def test_class_impl_whose_subclass_cannot_be_made_is_refused_with_one_message(engine, sandbox) -> None:
+def test_class_impl_whose_subclass_cannot_be_made_is_applied_where_the_name_keeps_the_class(engine, sandbox) -> None:
+    """The redirect makes no subclass, so an impl that refuses subclasses (``__init_subclass__`` needing an
+    argument) is applied at the class's own definition; at a re-exported name, where fl_patch must put a
+    stand-in subclass, it is refused with one message naming the cause."""
     n = next(_COUNTER)
-    module, impl_module = f"fltk_cls_{n}", f"fltk_cls_impl_{n}"
+    module, impl_module, reexport = f"fltk_cls_{n}", f"fltk_cls_impl_{n}", f"fltk_cls_reexport_{n}"
     _write(sandbox, module, _class_module("plain"))
+    _write(sandbox, reexport, f"from {module} import Original\n")
     _write(
         sandbox,
         impl_module,
         f"import {module} as target\n"
         "class Impl(target.Original):\n"
         "    def __init_subclass__(cls, *, flavour):\n"  # a subclass must name a flavour
-        "        super().__init_subclass__()\n",
+        "        super().__init_subclass__()\n"
+        "    def greet(self):\n        return 'impl'\n",
     )
+    _activate("hook", f"{module}.Original", f"{impl_module}.Impl", module)
+    assert _record(f"{module}.Original").status is Status.APPLIED
+    assert sys.modules[module].Original().greet() == "impl"
+    fl_patch.uninstall()
+    engine.reset()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _activate("hook", f"{module}.Original", f"{impl_module}.Impl", module)
+        _activate("hook", f"{reexport}.Original", f"{impl_module}.Impl", reexport)
     messages = [str(w.message) for w in caught if issubclass(w.category, fl_patch.FlPatchWarning)]
     assert len(messages) == 1 and "cannot build the class that keeps isinstance" in messages[0], messages
     assert "flavour" in messages[0] and "upstream code runs instead" in messages[0]
-    assert _record(f"{module}.Original").status is Status.IMPL_FAILED
-    assert sys.modules[module].Original is fl_patch.original(f"{module}.Original")
+    assert _record(f"{reexport}.Original").status is Status.IMPL_FAILED
+    assert sys.modules[reexport].Original is fl_patch.original(f"{reexport}.Original")
 
 
 # ---------------------------------------------------------------------------------- wrappers
@@ -320,6 +332,9 @@ FITS = {
     ("staticmethod", "class"),  # (stored as a staticmethod, a class is called like a function)
     ("classmethod", "function_receiver"),
     ("classmethod", "classmethod"),
+    # Another name for the same parameter: applied, keyword calls passed on (docs/reliability.md).
+    ("method", "keyword_renamed"),
+    ("classmethod", "keyword_renamed"),
 }
 
 
@@ -345,6 +360,9 @@ def test_wrong_kind_or_signature_is_refused_once_and_check_agrees(engine, sandbo
         assert record.status is Status.APPLIED and problems == [] and errors == [], (record.detail, problems)
         by_class = mod.Holder.work(mod.Holder(), 3) if target_kind == "method" else mod.Holder.work(3)
         assert mod.Holder().work(3) == ("impl", 3) and tuple(by_class) == ("impl", 3)
+        if impl_kind != "class":  # a call naming the target's parameter reaches the impl, renamed or not
+            assert tuple(mod.Holder().work(x=3)) == ("impl", 3)
+        assert ("renamed" in record.detail) == (impl_kind == "keyword_renamed"), record.detail
     else:
         assert record.status is Status.IMPL_FAILED and len(problems) == 1, (record.detail, problems)
         assert errors and all(e in problems[0] for e in errors), (errors, problems)
@@ -424,10 +442,10 @@ def test_cpu_pack_device_of_stays_a_device(engine) -> None:
     """The CUDA-on-CPU transfer replaces torch.cuda.device; torch.cuda.device_of subclasses the original."""
     import torch
 
-    from fl_patch.impls.cpu import cuda_on_cpu
+    from fl_patch.impls.cuda_on_cpu import transfer as cuda_on_cpu
 
     original = torch.cuda.device
-    fl_patch.register("torch.cuda.device", "fl_patch.impls.cpu.cuda_on_cpu.Device")
+    fl_patch.register("torch.cuda.device", "fl_patch.impls.cuda_on_cpu.transfer.Device")
     fl_patch.install()
     assert _record("torch.cuda.device").status is Status.APPLIED
     assert issubclass(torch.cuda.device_of, torch.cuda.device)
@@ -544,29 +562,29 @@ def test_a_library_function_used_as_impl_is_never_written_on(
     # What fl_patch installed is its own object and names the original, as for any impl.
     assert mod.act is not library_function
     assert mod.act.__wrapped__.__module__ == module and mod.act.__wrapped__.__qualname__ == "act"
-    if not report_mode:  # (under --report the counting wrapper carries the impl's name: docs/reliability.md)
-        assert pickle.loads(pickle.dumps(mod.act)) is mod.act
+    assert pickle.loads(pickle.dumps(mod.act)) is mod.act  # named where it is installed, counted or not
     fl_patch.uninstall()
     assert dict(vars(library_function)) == before
 
 
 @pytest.mark.parametrize("report_mode", [False, True], ids=["default", "report"])
-def test_an_impl_reading_its_own_wrapped_works_the_same_under_report(
+def test_an_impl_calling_upstream_through_the_targets_wrapped_works_the_same_under_report(
     engine, sandbox, _report_mode, report_mode
 ) -> None:
-    """A diagnostic mode never changes behaviour: under --report the impl sits behind a
-    counting wrapper, yet it is marked exactly as when it is installed itself."""
+    """A diagnostic mode never changes behaviour: FlagScale's way to the original (the target's
+    ``__wrapped__``) is upstream's under --report too, and the impl itself is never written on."""
     n = next(_COUNTER)
     module, impl_module = f"fltk_selfref_{n}", f"fltk_selfref_impl_{n}"
     _write(sandbox, module, "def act(x):\n    return x + 1\n")
-    _write(sandbox, impl_module, "def act(x):\n    return 10 * act.__wrapped__(x)\n")
+    _write(sandbox, impl_module, f"import {module} as target\ndef act(x):\n    return 10 * target.act.__wrapped__(x)\n")
     _report_mode(report_mode)
     fl_patch.register(f"{module}.act", f"{impl_module}.act")
     fl_patch.install()
     mod = importlib.import_module(module)
     assert mod.act(1) == 20
     impl = importlib.import_module(impl_module).act
-    assert impl.__wrapped__ is fl_patch.original(f"{module}.act")
-    assert (mod.act is impl) is not report_mode
+    assert mod.act.__wrapped__ is fl_patch.original(f"{module}.act")
+    assert (mod.act.__code__ is impl.__code__) is not report_mode  # under --report: the counting wrapper's
+    assert "__wrapped__" not in vars(impl) and "__signature__" not in vars(impl)
     fl_patch.uninstall()
     assert "__wrapped__" not in vars(impl) and "__signature__" not in vars(impl)

@@ -1,4 +1,4 @@
-"""megatron-core's Transformer Engine layer spec without TE (``te_modules.py``, ``docs/te_spec.md``), MoE and MLA.
+"""megatron-core's Transformer Engine layer spec without TE (``te/modules.py``, ``docs/te_spec.md``), MoE and MLA.
 
 Real megatron-core 0.19.2 under ``python -m fl_patch`` (and torchrun, gloo): no mocks.
 """
@@ -67,7 +67,7 @@ def test_registered_names_are_what_each_release_binds(source: str) -> None:
     that release's source: a module or name megatron adds, moves or renames is noticed)."""
     from fl_patch.core.gates import parse_gate
     from fl_patch.diagnostics.drift import open_source
-    from fl_patch.impls.cpu import te_registry
+    from fl_patch.impls.te import registry as te_registry
 
     release = open_source(source)
     assert release.version, source
@@ -106,7 +106,7 @@ def test_registered_names_are_what_each_release_binds(source: str) -> None:
 def test_te_registry_tables_are_well_formed() -> None:
     """Every module left has a reason and is bound by some release; every class named exists in te_modules."""
     from fl_patch.diagnostics.drift import open_source
-    from fl_patch.impls.cpu import te_registry
+    from fl_patch.impls.te import registry as te_registry
 
     bound_somewhere: set[str] = {"extensions.transformer_engine"}
     for source in _release_sources():
@@ -127,7 +127,7 @@ def test_te_registry_tables_are_well_formed() -> None:
     assert all(reason.strip() for reason in te_registry.TE_NAMES_LEFT.values())
     assert set(te_registry.TE_CLASS_NAMES) == TE_CLASSES
     # every class the registry names exists in te_modules (resolved without megatron's model parallel state)
-    source = (REPO / "src" / "fl_patch" / "impls" / "cpu" / "te_modules.py").read_text()
+    source = (REPO / "src" / "fl_patch" / "impls" / "te" / "modules.py").read_text()
     defined = {n.name for n in ast.parse(source).body if isinstance(n, ast.ClassDef)}
     assert {name for _, names, _ in te_registry.TE_NAME_TARGETS for name in names} <= defined
 
@@ -137,7 +137,7 @@ def test_te_compatible_layers_take_each_releases_options(megatron_core) -> None:
     when set; main's generalized-TP options are taken, and GTP itself is refused by name."""
     from types import SimpleNamespace
 
-    from fl_patch.impls.cpu import te_modules
+    from fl_patch.impls.te import modules as te_modules
 
     def base_0_17(self, input_size, output_size, *, config, tp_group=None):  # no `name`, as 0.17.1
         return None

@@ -173,7 +173,19 @@ def test_flagscale_training_targets_resolve_under_check() -> None:
         verdict = found[target]
         assert (verdict["level"], verdict["kind"], verdict["signature"]) == ("ok", "function", "compatible"), verdict
         assert verdict["target_found"] and verdict["impl_loaded"] and verdict["engine_status"] == "applied", verdict
-    training = {t: r for t, r in found.items() if r["source"] == "fl_patch.impls.cpu.training_registry"}
+    # The registry's megatron.training part: its targets, the two megatron-core modules only it reaches, and what a
+    # training script hits outside megatron.
+    outside = {
+        "torch.Tensor.cuda",
+        "typing.override",
+        "megatron.core.timers.torch",
+        "megatron.core.rerun_state_machine.torch",
+    }
+    training = {
+        t: r
+        for t, r in found.items()
+        if r["source"] == "fl_patch.impls.cpu.registry" and (t.startswith("megatron.training.") or t in outside)
+    }
     # Registrations gated to other megatron-core releases (a target that moved, register(requires=)):
     # not applied here and said so, never an error; the rest are what WITHOUT lists.
     gated = {t for t, r in training.items() if r.get("not_for_version")}

@@ -95,7 +95,7 @@ def test_a_mock_upstream_bound_for_a_missing_package_is_replaced_and_checked_ok(
 
     monkeypatch.setenv("FL_PATCH_PACKS", "none")
     monkeypatch.setenv("MG_FL_PREFER", "kunlunxin")
-    impl = "fl_patch.impls.cpu.te_modules.TEDotProductAttention"
+    impl = "fl_patch.impls.te.modules.TEDotProductAttention"
     fl_patch.register(f"{VIT_SPECS}.TEDotProductAttention", impl, vendor="kunlunxin")
     # not a mock: a function whose callers pass arguments this impl cannot take -> refused as ever
     fl_patch.register(
@@ -114,7 +114,7 @@ def test_a_mock_upstream_bound_for_a_missing_package_is_replaced_and_checked_ok(
         records = {r.target.rpartition(".")[2]: r for r in fl_patch.report()}
         record = records["TEDotProductAttention"]
         assert record.status is Status.APPLIED and "unittest.mock stand-in" in record.detail, record.detail
-        from fl_patch.impls.cpu import te_modules
+        from fl_patch.impls.te import modules as te_modules
 
         assert specs.TEDotProductAttention is te_modules.TEDotProductAttention
         assert records["get_vit_layer_with_local_spec"].status is not Status.APPLIED

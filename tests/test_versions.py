@@ -230,7 +230,7 @@ OLD_STYLE_REGISTRY = """
     fl_patch.register("megatron.core.transformer.moe.ops.paged_stash", "fl_patch.impls.cpu.paged_stash_ops", vendor="cpu")
     fl_patch.register("megatron.training.initialize._warmup_jit_function", "fltest_old_style.warmup", vendor="cpu")
     # create=True creates a missing name, not its module: 0.17 has no models.hybrid (0.18 renamed mamba so)
-    fl_patch.register("megatron.core.models.hybrid.hybrid_block.TENorm", "fl_patch.impls.cpu.te_modules.TENorm",
+    fl_patch.register("megatron.core.models.hybrid.hybrid_block.TENorm", "fl_patch.impls.te.modules.TENorm",
                       vendor="cpu", create=True)
     fl_patch.register("megatron.core.models.gpt.gpt_layer_specs.NOT_THERE_YET", "fltest_old_style.warmup",
                       vendor="cpu", create=True)

@@ -21,14 +21,12 @@ registrations come from), ``activation.install`` (install/uninstall), ``cli``.
 
 from __future__ import annotations
 
-import os
 import sys
 
 # Not ``from typing import TYPE_CHECKING``: importing typing costs ~3 ms at the start-up
 # of every process that has the bootstrap on PYTHONPATH. Type checkers read this as theirs.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from types import FrameType
     from typing import Any
 
     from fl_patch.activation.install import install, is_installed, uninstall
@@ -57,50 +55,12 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-_RUNPY_FILE = os.path.join(os.path.dirname(os.__file__), "runpy.py")  # runpy unfrozen (a debug build)
+# First of all (host/cwd.py says why); then the process state (registry, engine, ...): cheap to import,
+# its parts are built on first use.
+from fl_patch.host.cwd import take_cwd_off_the_path  # noqa: E402
+from fl_patch.runtime import RUNTIME  # noqa: E402
 
-
-def _take_cwd_off_the_path() -> str | None:
-    """Under ``python -m fl_patch``, take the entry ``-m`` put first on ``sys.path`` (the cwd) off it.
-
-    Python puts the current directory first on ``sys.path`` before running this file, and
-    the launcher then imports the standard library (``json``, ``argparse``, ``shlex``,
-    ``subprocess``...): from an untrusted directory, a planted ``json.py`` ran, though plain
-    ``python /abs/train.py`` never looks there (its ``sys.path[0]`` is the script's
-    directory). So the launcher imports nothing from the cwd; the program gets exactly the
-    ``sys.path`` plain python gives it (a new interpreter sets its own; in-process mode
-    puts back the entry that mode of python would have: ``activation/launch.py``).
-    Only when the module ``-m`` runs is fl_patch itself (runpy's frame says so), not when a
-    program run with ``-m`` imports fl_patch. Returns the entry taken off, else None.
-    """
-    if sys.argv[:1] != ["-m"] or sys.flags.safe_path or not sys.path:
-        return None
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "_run_module_as_main" and code.co_filename in ("<frozen runpy>", _RUNPY_FILE):
-            running = str(frame.f_locals.get("mod_name", ""))
-            break
-        frame = frame.f_back
-    else:
-        return None
-    if running.partition(".")[0] != __name__:
-        return None
-    first = sys.path[0]
-    try:
-        is_cwd = os.path.realpath(first or os.curdir) == os.path.realpath(os.getcwd())
-    except OSError:  # the cwd was deleted: nothing can be imported from it anyway
-        is_cwd = False
-    if not is_cwd:
-        return None
-    del sys.path[0]
-    return first
-
-
-_LAUNCHER_CWD_ENTRY = _take_cwd_off_the_path()
-
-# The process state (registry, engine, ...): cheap to import, its parts are built on first use.
-from fl_patch.runtime import RUNTIME  # noqa: E402  (after the cwd is off the path: it imports os only)
+RUNTIME.launcher_cwd_entry = take_cwd_off_the_path()
 
 """The ``sys.path`` entry ``python -m fl_patch`` started with and the launcher took off (or None)."""
 

@@ -362,7 +362,7 @@ def _record_start_dir() -> None:
     """Where the job starts: a registry module not on ``sys.path`` is looked for there, by every process of it.
 
     ``--check`` and ``--list`` look there too, so what they find from a directory the run finds
-    from it (``activation/lookup.py``); kept when set already (a launcher inside a job: the job's).
+    from it (``host/registry_lookup.py``); kept when set already (a launcher inside a job: the job's).
     """
     try:
         os.environ.setdefault(ENV.START_DIR, os.getcwd())

@@ -1,4 +1,4 @@
-"""One registry lookup for every mode (``fl_patch/activation/lookup.py``): what ``--check`` finds from a directory,
+"""One registry lookup for every mode (``fl_patch/host/registry_lookup.py``): what ``--check`` finds from a directory,
 the run (a script elsewhere, torchrun's workers) finds from it; what neither finds, both refuse with one message.
 
 The plugin (a copy of ``tests/support/plugins/fltest_two``) is in a directory that is on nobody's ``PYTHONPATH``:

@@ -19,18 +19,19 @@ from __future__ import annotations
 import sys
 import types
 
-from fl_patch.activation import sources as _sources
+from fl_patch import sources as _sources
 from fl_patch.compat.flagscale import tree as _flagscale
 from fl_patch.config.settings import (
     ENV,
     Settings,
-    closest,
     enabled,
     malformed_values,
     misspelled_names,
     pin_report_file,
     unrecognised_values,
 )
+from fl_patch.config.suggest import closest
+from fl_patch.config.vendors import KNOWN_VENDORS
 from fl_patch.core.errors import warn
 from fl_patch.core.import_state import plugin_window
 from fl_patch.hooks import PatchingFinder, PathHookWatchdog
@@ -58,7 +59,7 @@ def _load_deferred_sources() -> None:
             # so that their torch targets are in place before megatron's own modules run.
             _sources.load_packs(None, RUNTIME.registry, RUNTIME.problems)
         if settings.entry_points:
-            _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems, done=_entry_points_loaded)
+            _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems, done=RUNTIME.entry_points_loaded)
         if settings.flagscale_tree:
             _flagscale.load_tree(RUNTIME.registry, RUNTIME.problems, engine, hooked=engine.installed)
         if settings.rank_check != "off":
@@ -70,28 +71,16 @@ def _load_deferred_sources() -> None:
         # dropped this callable before calling it). Sources that did load are not loaded twice.
         engine.defer(_load_deferred_sources)
         raise
-    engine.check_preferred_vendors(already_said=_vendor_typos)
+    engine.check_preferred_vendors(already_said=RUNTIME.vendor_typos)
     _check_disabled_keys(settings)
 
 
-# Vendors fl_patch or FlagScale can name (detected platforms, FlagScale's device names):
-# an MG_FL_PREFER entry one slip from one of these (or from a registered vendor) is a typo,
-# said at start, before any registration of a deferred source could provide it.
-WELL_KNOWN_VENDORS = (
-    "default", "cpu", "cuda", "xpu", "npu", "musa", "mlu", "kunlunxin", "gcu", "metax", "iluvatar", "hygon", "ascend",
-)  # fmt: skip
-
-
-_vendor_typos: set[str] = set()  # said at start: not said again once every source has loaded
-_entry_points_loaded: set[str] = set()  # "name = value" of each entry point loaded in this process
-
-
 def _check_preferred_near_misses(settings: Settings) -> None:
-    known = {*WELL_KNOWN_VENDORS, *RUNTIME.registry.vendors()}
+    known = {*KNOWN_VENDORS, *RUNTIME.registry.vendors()}
     for vendor in settings.prefer:
         meant = None if vendor in known else closest(vendor, sorted(known))
         if meant is not None:
-            _vendor_typos.add(vendor)
+            RUNTIME.vendor_typos.add(vendor)
             # Pointed at the setting, not at this line: the user's mistake is there (--vendor sets it too).
             RUNTIME.problems.problem(
                 f"fl_patch: MG_FL_PREFER (--vendor) names vendor {vendor!r}, which no registration or platform has: "

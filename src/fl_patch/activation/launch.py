@@ -168,11 +168,11 @@ def customize_ran_here() -> bool:
 def _found_at_start_up(name: str) -> bool:
     import importlib.machinery
 
-    import fl_patch
+    from fl_patch.runtime import RUNTIME
 
     # The entry the interpreter put first (the cwd, for -m) is not where site looked; the
     # launcher may have taken it off already (fl_patch/__init__.py), then sys.path is as site saw it.
-    taken_off = fl_patch._LAUNCHER_CWD_ENTRY is not None
+    taken_off = RUNTIME.launcher_cwd_entry is not None
     path = sys.path if sys.flags.safe_path or taken_off else sys.path[1:]
     try:
         spec = importlib.machinery.PathFinder.find_spec(name, path)
@@ -278,10 +278,10 @@ def run_in_process(program: Sequence[str], options: Sequence[str] = ()) -> int:
 
 
 def _cwd_entry_taken_off() -> bool:
-    import fl_patch
+    from fl_patch.runtime import RUNTIME
 
-    taken = fl_patch._LAUNCHER_CWD_ENTRY is not None
-    fl_patch._LAUNCHER_CWD_ENTRY = None  # once: the entry is back
+    taken = RUNTIME.launcher_cwd_entry is not None
+    RUNTIME.launcher_cwd_entry = None  # once: the entry is back
     return taken
 
 

@@ -357,10 +357,10 @@ def activate(bootstrap_dir: str) -> None:
         settle_gloo_workers_at_exit()
         if settings.watch_children:
             from fl_patch.host.children import watch
-            from fl_patch.job.ray_watch import watch as watch_ray_actors
+            from fl_patch.host.ray_watch import watch as watch_ray_actors
 
             watch(bootstrap_dir)
-            watch_ray_actors()  # a Ray actor this driver starts without fl_patch is named (job/ray_watch.py)
+            watch_ray_actors()  # a Ray actor this driver starts without fl_patch is named (host/ray_watch.py)
         roots = frozenset({"megatron", *(name.partition(".")[0] for name in settings.triggers)})
         if any(name.partition(".")[0] in roots for name in list(sys.modules)):
             _install()  # a trigger package is loaded already (by another sitecustomize, say)

@@ -22,7 +22,7 @@ import torch
 from fl_patch.compare.call import ACTIVE, Comparison, Sides
 from fl_patch.compare.capture import RngState
 from fl_patch.compare.results import TargetResult
-from fl_patch.compare.wrapper import is_compiling_function
+from fl_patch.host.compiling import is_compiling_function
 
 __all__ = ["new_wrapper"]
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 from fl_patch.compare.results import RESULTS, TargetResult
 from fl_patch.core.missing import mock_stand_in
 from fl_patch.core.resolve import Kind
+from fl_patch.host.compiling import is_compiling_function
 
 __all__ = ["configure", "wrap_class", "wrap_function"]
 
@@ -87,22 +87,6 @@ def _why_not(replacement: object, original: object, kind: str, name: str) -> str
     if kind == "method" and name.startswith("__") and name not in ("__call__",):
         return f"{name}: it builds or changes the object, it computes nothing to compare"
     return None
-
-
-def is_compiling_function() -> Callable[[], bool]:
-    """``torch.compiler.is_compiling`` (dynamo reads it as a constant while tracing), or one that finds it later."""
-    torch = sys.modules.get("torch")
-    compiler = getattr(torch, "compiler", None)
-    found = getattr(compiler, "is_compiling", None)
-    if callable(found):
-        return found
-
-    def later() -> bool:
-        compiler = getattr(sys.modules.get("torch"), "compiler", None)
-        check = getattr(compiler, "is_compiling", None)
-        return bool(check()) if callable(check) else False
-
-    return later
 
 
 def _function_wrapper(

@@ -9,14 +9,15 @@ CLI's options reach torchrun workers and multiprocessing children.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
+
+from fl_patch.config.suggest import closest
 
 __all__ = [
     "DEFAULT_COMPARE_CALLS",
     "ENV",
     "FILTER_KEYS",
     "Settings",
-    "closest",
     "compare_calls",
     "enabled",
     "malformed_values",
@@ -81,38 +82,6 @@ FILTER_KEYS = ("vendor", "source", "status", "target", "pack")
 # Every variable fl_patch reads: a name in the environment one or two typing slips away
 # from one of these was meant as it (``FL_PATCH_STICT=1`` would otherwise do nothing).
 KNOWN_NAMES = tuple(value for key, value in vars(ENV).items() if key.isupper() and isinstance(value, str))
-
-
-def edit_distance(a: str, b: str, limit: int) -> int:
-    """Optimal-string-alignment distance (insert, delete, substitute, swap two neighbours), capped at ``limit + 1``."""
-    if abs(len(a) - len(b)) > limit:
-        return limit + 1
-    previous2: list[int] = []
-    previous = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        row = [i] + [0] * len(b)
-        for j, cb in enumerate(b, 1):
-            cost = ca != cb
-            row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + cost)
-            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
-                row[j] = min(row[j], previous2[j - 2] + 1)
-        if min(row) > limit:
-            return limit + 1
-        previous2, previous = previous, row
-    return previous[-1]
-
-
-def closest(word: str, candidates: Iterable[str]) -> str | None:
-    """The candidate ``word`` was most likely meant as (one slip for short words, two for long), or None."""
-    limit = 1 if len(word) <= 6 else 2
-    best: tuple[int, str] | None = None
-    for candidate in candidates:
-        if candidate == word:
-            return None
-        distance = 0 if candidate.lower() == word.lower() else edit_distance(word, candidate, limit)
-        if distance <= limit and (best is None or distance < best[0]):
-            best = (distance, candidate)
-    return best[1] if best else None
 
 
 def misspelled_names(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -49,6 +49,7 @@ __all__ = [
     "is_stand_in",
     "redirect",
     "redirect_in_place",
+    "redirects_to",
     "stand_in_class",
     "strategy",
     "undo",
@@ -57,7 +58,7 @@ __all__ = [
 ABSENT = object()  # vars(cls) had no such name
 ORIGINAL_ATTR = "__fl_patch_original__"  # on a stand-in: the upstream class it stands in for
 _IMPL_ATTR = "__fl_patch_impl__"  # on a stand-in: the registered impl class
-_REDIRECT_ATTR = "__fl_patch_redirects_to__"  # on fl_patch's __new__: the impl it builds
+_REDIRECT_ATTR = "__fl_patch_redirect__"  # on fl_patch's __new__: its _Redirect (what it builds now)
 
 
 class ClassImplError(Exception):
@@ -92,14 +93,30 @@ _IMMUTABLETYPE = 1 << 8
 
 
 # ---------------------------------------------------------------------------------- redirect
+class _Redirect:
+    """What fl_patch's ``__new__`` on one upstream class builds now (``impl``; None: the class itself)."""
+
+    __slots__ = ("impl", "upstream_signature")
+
+    def __init__(self, upstream_signature: inspect.Signature | None) -> None:
+        self.impl: type | None = None
+        self.upstream_signature = upstream_signature
+
+
 def redirect(original: type, impl: type) -> tuple[list[ClassChange], list[str]]:
     """Make ``original(...)`` build ``impl`` and its class-level members the impl's; returns (changes, notes).
 
     ``impl`` subclasses ``original`` (checked by the caller). Nothing is changed when this raises.
     """
     members, notes = _class_level_members(original, impl)
-    signature = _signature_of(impl)
-    new = _redirecting_new(original, impl, vars(original).get("__new__", ABSENT), signature)
+    current = vars(original).get("__new__", ABSENT)
+    state = _state_of(current)
+    if state is None:
+        # (read before anything is set: inspect.signature(original) reads a class's own __new__ first)
+        state = _Redirect(_signature_of(original, receiver=True))
+        new: object = _redirecting_new(original, current, state)
+    else:
+        new = current  # ours, left as a pass-through by an earlier undo: reused (see undo)
     changes: list[ClassChange] = []
     try:
         for name, value in [("__new__", new), *members]:
@@ -108,42 +125,74 @@ def redirect(original: type, impl: type) -> tuple[list[ClassChange], list[str]]:
     except (AttributeError, TypeError) as exc:
         undo(original, changes)
         raise ClassImplError(f"cannot set {exc}") from None
+    state.impl = impl
+    _face(new, _signature_of(impl, receiver=True))
     return changes, notes
 
 
 def redirect_in_place(original: type, changes: list[ClassChange]) -> bool:
-    """Whether fl_patch's redirect of this patch is still what ``original.__new__`` is."""
-    return any(c.name == "__new__" and vars(original).get("__new__") is c.installed for c in changes)
+    """Whether fl_patch's redirect of this patch is still what ``original.__new__`` is, building an impl."""
+    for change in changes:
+        if change.name == "__new__" and vars(original).get("__new__") is change.installed:
+            state = _state_of(change.installed)
+            return state is not None and state.impl is not None
+    return False
 
 
 def redirects_to(original: type) -> type | None:
     """The impl ``original(...)`` builds now, if fl_patch redirects it."""
-    new = vars(original).get("__new__")
-    function = new.__func__ if isinstance(new, staticmethod) else new
-    impl = getattr(function, _REDIRECT_ATTR, None)
-    return impl if isinstance(impl, type) else None
+    state = _state_of(vars(original).get("__new__"))
+    return state.impl if state is not None else None
 
 
 def undo(original: type, changes: list[ClassChange]) -> None:
-    """Put back what ``changes`` replaced, where fl_patch's value is still there (newest first)."""
+    """Put back what ``changes`` replaced, where fl_patch's value is still there (newest first).
+
+    ``__new__`` that the class did not define itself is not deleted but left as a pass-through: once
+    a class has had a ``__new__``, CPython keeps calling through that slot after it is deleted, and
+    ``object.__new__`` then refuses the constructor's arguments ("takes exactly one argument"). The
+    pass-through calls what the class inherits, exactly as the class did before; the next redirect of
+    the class reuses it.
+    """
     for change in reversed(changes):
         current = vars(original).get(change.name, ABSENT)
         if current is not change.installed:
             continue  # someone else's value over ours: not ours to undo
+        state = _state_of(current) if change.name == "__new__" else None
+        if state is not None and (change.previous is ABSENT or change.previous is current):
+            if state is not None:
+                state.impl = None
+                _face(current, state.upstream_signature)
+            continue
         if change.previous is ABSENT:
             delattr(original, change.name)
         else:
             setattr(original, change.name, change.previous)
 
 
-def _redirecting_new(original: type, impl: type, previous: object, signature: inspect.Signature | None) -> staticmethod:
+def _state_of(new: object) -> _Redirect | None:
+    function = new.__func__ if isinstance(new, staticmethod) else new
+    state = getattr(function, _REDIRECT_ATTR, None)
+    return state if isinstance(state, _Redirect) else None
+
+
+def _face(new: object, signature: inspect.Signature | None) -> None:
+    """``inspect.signature(Name)`` reads a class's own ``__new__`` first: it shows what ``Name(...)`` takes."""
+    function = new.__func__ if isinstance(new, staticmethod) else new
+    if signature is not None:
+        function.__signature__ = signature  # type: ignore[attr-defined]
+    else:
+        vars(function).pop("__signature__", None)
+
+
+def _redirecting_new(original: type, previous: object, state: _Redirect) -> staticmethod:
     own = previous.__func__ if isinstance(previous, staticmethod) else previous
     own_new: Callable[..., Any] | None = own if callable(own) else None
     object_new = object.__new__
 
     def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
-        if cls is original:
-            cls = impl
+        if cls is original and state.impl is not None:
+            cls = state.impl
         if own_new is not None:
             return own_new(cls, *args, **kwargs)
         following = super(original, cls).__new__  # type: ignore[arg-type]  # (original is a class: mypy reads it as a value)
@@ -154,19 +203,20 @@ def _redirecting_new(original: type, impl: type, previous: object, signature: in
 
     __new__.__qualname__ = f"{original.__qualname__}.__new__"
     __new__.__module__ = original.__module__
-    setattr(__new__, _REDIRECT_ATTR, impl)
-    if signature is not None:
-        # inspect.signature(Name) reads a class's own __new__ first: it should show what Name(...) takes.
-        receiver = inspect.Parameter("cls", inspect.Parameter.POSITIONAL_ONLY)
-        __new__.__signature__ = signature.replace(parameters=[receiver, *signature.parameters.values()])  # type: ignore[attr-defined]
+    setattr(__new__, _REDIRECT_ATTR, state)
     return staticmethod(__new__)
 
 
-def _signature_of(impl: type) -> inspect.Signature | None:
+def _signature_of(cls: type, *, receiver: bool) -> inspect.Signature | None:
+    """``inspect.signature(cls)``, with a leading ``cls`` parameter (as a ``__new__`` has) when ``receiver``."""
     try:
-        return inspect.signature(impl)
+        signature = inspect.signature(cls)
     except (TypeError, ValueError):
         return None
+    if not receiver:
+        return signature
+    first = inspect.Parameter("cls", inspect.Parameter.POSITIONAL_ONLY)
+    return signature.replace(parameters=[first, *signature.parameters.values()])
 
 
 def _class_level_members(original: type, impl: type) -> tuple[list[tuple[str, object]], list[str]]:

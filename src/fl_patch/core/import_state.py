@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.machinery import ModuleSpec
 
-__all__ = ["loading_here", "plugin_window", "when_loaded"]
+__all__ = ["after_fork_in_child", "loading_here", "plugin_window", "when_loaded"]
 
 _BOOTSTRAP = "<frozen importlib._bootstrap>"
 
@@ -59,6 +59,12 @@ class _State:
 
 _LOCK = threading.Lock()
 _STATES: dict[int, tuple[ModuleSpec, _State]] = {}  # id(spec) -> (spec, state), while its class is swapped
+
+
+def after_fork_in_child() -> None:
+    """A new lock in a forked child (``runtime.py`` calls this): one held at fork time stays held there."""
+    global _LOCK
+    _LOCK = threading.Lock()
 
 
 class _TrackedSpec(ModuleSpec):

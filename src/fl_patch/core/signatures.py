@@ -91,6 +91,16 @@ def compare(target: inspect.Signature, impl: inspect.Signature, *, receiver: boo
         p.name for index, p in enumerate(t_pos) if p.kind is _P.POSITIONAL_OR_KEYWORD and not (receiver and index == 0)
     } | {p.name for p in t_params if p.kind is _P.KEYWORD_ONLY}
 
+    # A caller naming the target's parameter at position i means position i: where the impl takes that
+    # position by another name, the keyword is passed on under the impl's name (a rename, not an error).
+    for index, (param, counterpart) in enumerate(zip(t_pos, i_pos, strict=False)):
+        if receiver and index == 0:
+            continue
+        if param.kind is counterpart.kind is _P.POSITIONAL_OR_KEYWORD and counterpart.name != param.name:
+            renames[param.name] = counterpart.name
+    # The keyword names that reach the impl: the target's, each under the impl's name where renamed.
+    reaching = {renames.get(name, name) for name in t_keyword_names}
+
     for index, param in enumerate(t_pos):
         is_receiver = receiver and index == 0
         name = "the receiver (self/cls)" if is_receiver else repr(param.name)
@@ -111,12 +121,11 @@ def compare(target: inspect.Signature, impl: inspect.Signature, *, receiver: boo
         else:
             if other.kind is _P.POSITIONAL_OR_KEYWORD and other.name != param.name:
                 if by_keyword:
-                    renames[param.name] = other.name
                     notes.append(
                         f"positional argument {index + 1} is {param.name!r} in the target, {other.name!r} in the impl: "
                         f"a call naming {param.name}= reaches the impl's {other.name!r} (fl_patch passes it on)"
                     )
-                elif other.name in t_keyword_names:
+                elif other.name in reaching:
                     errors.append(
                         f"positional argument {index + 1} goes to the impl's {other.name!r}, "
                         f"which callers of the target also pass by keyword"
@@ -154,7 +163,7 @@ def compare(target: inspect.Signature, impl: inspect.Signature, *, receiver: boo
             errors.append(f"the target takes *{t_var_pos.name}; the impl does not")
         # (a method declared ``def m(*args)``: its receiver is args[0], the impl's first parameter)
         skip = 1 if receiver and not t_pos else 0
-        if skip and i_pos and i_pos[0].kind is _P.POSITIONAL_OR_KEYWORD and i_pos[0].name in t_keyword_names:
+        if skip and i_pos and i_pos[0].kind is _P.POSITIONAL_OR_KEYWORD and i_pos[0].name in reaching:
             errors.append(
                 f"the receiver goes to the impl's {i_pos[0].name!r}, which callers of the target pass by keyword"
             )
@@ -167,23 +176,22 @@ def compare(target: inspect.Signature, impl: inspect.Signature, *, receiver: boo
         errors.append(f"the target takes **{t_var_kw.name}; the impl does not")
 
     for index, extra in enumerate(i_pos[len(t_pos) :], start=len(t_pos)):
-        fillable_by_keyword = extra.kind is _P.POSITIONAL_OR_KEYWORD and extra.name in t_keyword_names
+        fillable_by_keyword = extra.kind is _P.POSITIONAL_OR_KEYWORD and extra.name in reaching
         if t_var_pos is None and extra.default is _P.empty and not fillable_by_keyword:
             errors.append(
                 f"the impl requires {extra.name!r} (positional argument {index + 1}); the target has no such parameter"
             )
     for extra in i_params:
-        if extra.kind is _P.KEYWORD_ONLY and extra.name not in t_keyword_names and extra.default is _P.empty:
+        if extra.kind is _P.KEYWORD_ONLY and extra.name not in reaching and extra.default is _P.empty:
             errors.append(f"the impl requires keyword {extra.name!r}, which callers of the target never pass")
     if renames:
-        # A keyword the target's callers pass under a name the impl gives another position would
-        # be renamed away from it: the rename covers every position, so only a name no position
-        # maps (a keyword-only one) can still collide.
+        # Two keywords of the target that would reach the impl under one name (one renamed onto a name
+        # the target also takes as itself): a call naming both cannot be passed on.
         renamed_to = set(renames.values())
-        for param in t_params:
-            if param.kind is _P.KEYWORD_ONLY and param.name in renamed_to:
+        for name in sorted(t_keyword_names - set(renames)):
+            if name in renamed_to:
                 errors.append(
-                    f"keyword {param.name!r} of the target is also the impl's name for another position: "
+                    f"keyword {name!r} of the target is also the impl's name for another position: "
                     "a call naming it cannot be passed on unambiguously"
                 )
     findings = [Finding("error", m) for m in _unique(errors)] + [Finding("warning", m) for m in _unique(warnings)]

@@ -44,6 +44,7 @@ from fl_patch.config.settings import ENV
 from fl_patch.core.errors import FlPatchWarning
 from fl_patch.core.kinds import fits as _fits
 from fl_patch.core.kinds import prefixed, read_signature
+from fl_patch.core.located import users_line
 from fl_patch.core.missing import locate, mock_stand_in, names_lacking, unusable, upstream_mock, upstream_none
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.registration import Registration
@@ -51,7 +52,6 @@ from fl_patch.core.resolve import Kind, Resolved, load_impl, owned_path
 from fl_patch.core.signatures import Finding, compare_signatures
 from fl_patch.diagnostics.forwarding import forwarding_findings
 from fl_patch.reporting.layout import NOT_IN_A_PACK, owner_of
-from fl_patch.reporting.located import users_line
 from fl_patch.runtime import RUNTIME
 
 __all__ = ["CheckReport", "CheckResult", "Listed", "check", "list_registrations"]
@@ -124,7 +124,7 @@ def list_registrations() -> list[Listed]:
                 detail=detail,
                 source=record.source,
                 requires=record.requires,
-                pack=owner_of(record.source, record.target, record.vendor),
+                pack=owner_of(record.source),
                 where=_where(registration),
                 doc=registration.doc.as_dict() if registration is not None and registration.doc else None,
             )
@@ -239,7 +239,7 @@ def check(*, activation: bool = True) -> CheckReport:
         impls = {id(r): _load(r) for r in current}
         records = {(r.target, r.vendor): r for r in RUNTIME.engine.records()}
         # A vendor named by mistake (MG_FL_PREFER=cpuu) was said to be ignored: not one "here".
-        vendors = tuple(v for v in RUNTIME.engine.vendors() if v not in _activation._vendor_typos)
+        vendors = tuple(v for v in RUNTIME.engine.vendors() if v not in RUNTIME.vendor_typos)
     _activation.uninstall()  # every original back: compare against upstream, not the patch
     results = [
         _check_one(r, owners[r.target], impls[id(r)], records.get((r.target, r.vendor)), vendors)
@@ -257,7 +257,7 @@ def check(*, activation: bool = True) -> CheckReport:
         elif issubclass(warning.category, (FlPatchWarning, RuntimeWarning)):
             messages.append(text)
     # Targets the user registered: what is said about them is theirs; about the rest, the packs' notes.
-    user_targets = {r.target for r in registrations if owner_of(r.source, r.target, r.vendor) == NOT_IN_A_PACK}
+    user_targets = {r.target for r in registrations if owner_of(r.source) == NOT_IN_A_PACK}
     messages.extend(_all_gated_out([r for r in registrations if r.target in user_targets]))
     notes = _all_gated_out([r for r in registrations if r.target not in user_targets])
     notes.extend(_stand_ins_served())
@@ -290,7 +290,7 @@ def _result(registration: Registration, record: PatchRecord | None, **verdict: A
         source=registration.source,
         engine_status=record.status.value if record is not None else None,
         requires=registration.requires,
-        pack=owner_of(registration.source, registration.target, registration.vendor),
+        pack=owner_of(registration.source),
         where=_where(registration),
         **verdict,
     )

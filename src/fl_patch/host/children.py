@@ -40,6 +40,7 @@ from fl_patch.config.settings import ENV
 from fl_patch.core.errors import warn
 from fl_patch.host.interpreter_options import ISOLATION_FLAGS, parse_options
 from fl_patch.host.wrappers import WRAPPERS, unwrap
+from fl_patch.runtime import RUNTIME
 
 # Not ``from typing import TYPE_CHECKING``: this module imports no typing at run time (see
 # fl_patch/__init__.py). Type checkers read this as theirs.
@@ -72,26 +73,22 @@ _FLAG_CAUSES = {
     "S": "it is started with -S (no site import, so no sitecustomize)",
 }
 
-_bootstrap_dirs: set[str] = set()
-_hooked = False
 # How this process was activated, read when the watch starts: a program may edit
 # os.environ later, which is exactly what makes a child lose the bootstrap.
-_activated_via_pythonpath: bool | None = None
-_warned: set[tuple[str, str]] = set()
 _local = _thread._local()  # what threading.local is
 
 
 def watch(bootstrap_dir: str | None = None) -> None:
     """Wrap the launch functions (once); ``bootstrap_dir`` is the directory that activated us."""
-    global _hooked, _activated_via_pythonpath
+    state = RUNTIME.children
     for directory in (bootstrap_dir, PACKAGE_BOOTSTRAP):
         if directory:
-            _bootstrap_dirs.add(os.path.realpath(directory))
-    if _activated_via_pythonpath is None or not _activated_via_pythonpath:
-        _activated_via_pythonpath = _reaches_through_pythonpath(os.environ)
-    if _hooked:
+            state.bootstrap_dirs.add(os.path.realpath(directory))
+    if not state.via_pythonpath:
+        state.via_pythonpath = _reaches_through_pythonpath(os.environ)
+    if state.hooked:
         return
-    _hooked = True
+    state.hooked = True
     for name, event in (("execv", "os.exec"), ("execve", "os.exec"), ("posix_spawn", "os.posix_spawn"),
                         ("posix_spawnp", "os.posix_spawn"), ("system", "os.system")):  # fmt: skip
         if hasattr(os, name):
@@ -260,7 +257,7 @@ def interpreter_flags(options: Sequence[str]) -> set[str]:
 
 def _reaches_through_pythonpath(environ: Mapping[str, str]) -> bool:
     entries = environ.get("PYTHONPATH", "").split(os.pathsep)
-    return any(entry and os.path.realpath(entry) in _bootstrap_dirs for entry in entries)
+    return any(entry and os.path.realpath(entry) in RUNTIME.children.bootstrap_dirs for entry in entries)
 
 
 def diagnose(executable: str, argv: Sequence[str], env: Mapping[str, str] | None) -> list[str]:
@@ -277,7 +274,9 @@ def diagnose(executable: str, argv: Sequence[str], env: Mapping[str, str] | None
         return []  # not Python, as far as can be told
     flags = interpreter_flags(options)
     via_pythonpath = (
-        _reaches_through_pythonpath(os.environ) if _activated_via_pythonpath is None else _activated_via_pythonpath
+        _reaches_through_pythonpath(os.environ)
+        if RUNTIME.children.via_pythonpath is None
+        else RUNTIME.children.via_pythonpath
     )
     if not via_pythonpath:
         # Activated by a sitecustomize in a site directory (the template copied into
@@ -297,9 +296,9 @@ def diagnose(executable: str, argv: Sequence[str], env: Mapping[str, str] | None
 
 def _warn(cause: str, executable: str, argv: Sequence[str]) -> None:
     key = (cause, executable)
-    if key in _warned:
+    if key in RUNTIME.children.warned:
         return
-    _warned.add(key)
+    RUNTIME.children.warned.add(key)
     shown = " ".join(argv[:6]) + (" ..." if len(argv) > 6 else "")
     message = f"fl_patch: a child Python process will not run with this process's patches: {cause}: {shown}"
     filename, lineno = _launching_line()

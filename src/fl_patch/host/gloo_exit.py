@@ -48,6 +48,8 @@ import os
 import sys
 import time
 
+from fl_patch.runtime import RUNTIME
+
 __all__ = [
     "DEADLINE_S",
     "POLL_S",
@@ -65,7 +67,6 @@ DEADLINE_S = 5.0
 
 _GLOO_THREAD = "pt_gloo_runloop"  # the name torch gives each gloo worker (ProcessGroupGloo::runLoop)
 _TASKS = "/proc/self/task"
-_registered = False
 
 # A thread's state, and how often it was switched out: unchanged across a GIL release means it did not run.
 Sample = tuple[str, int, int]
@@ -152,15 +153,13 @@ def _settle() -> None:
 
 def settle_gloo_workers_at_exit() -> None:
     """Register the exit handler once per process (at fl_patch's start, before the program's own handlers)."""
-    global _registered
-    if not _registered:
-        _registered = True
+    if not RUNTIME.gloo_exit_registered:
+        RUNTIME.gloo_exit_registered = True
         atexit.register(_settle)
 
 
 def withdraw() -> None:
     """Take the handler out again (``fl_patch.uninstall()`` leaves nothing of fl_patch behind)."""
-    global _registered
-    if _registered:
-        _registered = False
+    if RUNTIME.gloo_exit_registered:
+        RUNTIME.gloo_exit_registered = False
         atexit.unregister(_settle)

@@ -43,11 +43,12 @@ from importlib.machinery import ModuleSpec
 from typing import Any
 
 from fl_patch.core.errors import FlPatchError
+from fl_patch.runtime import RUNTIME
 
 # (ast is imported when a stand-in is first asked for: the patching finder imports this module
 # in every process, and one that never meets a GPU-only import should not pay for it.)
 
-__all__ = ["GPU_ONLY", "LIVE", "GpuOnlyFinder", "GpuOnlyPackageMissing", "importer_of", "release", "served"]
+__all__ = ["GPU_ONLY", "GpuOnlyFinder", "GpuOnlyPackageMissing", "importer_of", "release", "served"]
 
 GPU_ONLY: tuple[str, ...] = ("triton", "cupy", "cuda")
 """Top-level packages that exist only with a GPU toolchain (``cuda`` is cuda-python)."""
@@ -55,13 +56,6 @@ GPU_ONLY: tuple[str, ...] = ("triton", "cupy", "cuda")
 STAND_IN_VERSION = "0.0.0+flpatch.standin"
 _GUARDS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
 _SKIP_FILES = ("<frozen importlib", "importlib/__init__.py", "importlib\\__init__.py")
-
-# package -> importing megatron modules, in the order served (for --check).
-_SERVED: dict[str, list[str]] = {}
-# Roots of stand-ins now in sys.modules. A stand-in stays there only for the import statement
-# that asked for it: the next import of anything else takes it out (release()), so that a later
-# *guarded* `try: import triton` still gets its ImportError instead of the cached stand-in.
-LIVE: list[str] = []
 
 
 class GpuOnlyPackageMissing(FlPatchError, ImportError):
@@ -76,24 +70,25 @@ def release(fullname: str) -> None:
     """Take the stand-ins out of ``sys.modules`` unless ``fullname`` is one of their own imports.
 
     The patching finder, first in ``sys.meta_path``, calls this at every import (its
-    ``every_import``; activation passes it): nothing to do unless ``LIVE`` is not empty (the
+    ``every_import``; activation passes it): nothing to do unless stand-ins are in ``sys.modules`` (``RUNTIME.gpu_only_live``) (the
     importer keeps its bindings; an unguarded import that runs again is served again).
     """
-    if not LIVE:
+    live = RUNTIME.gpu_only_live
+    if not live:
         return
     root = fullname.partition(".")[0]
-    if root in LIVE:
+    if root in live:
         return  # `import triton.language`: the parent must stay until the statement is done
-    for name in LIVE:
+    for name in live:
         for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
             if isinstance(sys.modules.get(key), _StandInModule):
                 del sys.modules[key]
-    LIVE.clear()
+    live.clear()
 
 
 def served() -> dict[str, list[str]]:
     """Package -> megatron modules that imported it and got the stand-in, in this process."""
-    return {name: list(importers) for name, importers in _SERVED.items()}
+    return {name: list(importers) for name, importers in RUNTIME.gpu_only_served.items()}
 
 
 # ------------------------------------------------------------------------------------------ the stand-in
@@ -138,7 +133,7 @@ class _Absent:
             )
         # Import time (the caller's module body is running): a decorator (@triton.jit,
         # @triton.autotune(...)) or triton.Config(...). Keep the decorated function's name.
-        importers = _SERVED.setdefault(package, [])
+        importers = RUNTIME.gpu_only_served.setdefault(package, [])
         if caller not in importers and (caller == "megatron" or caller.startswith("megatron.")):
             importers.append(caller)
         if len(args) == 1 and not kwargs and isinstance(args[0], _Absent):
@@ -202,11 +197,11 @@ class GpuOnlyFinder:
         importer = _unguarded_megatron_importer(root)
         if importer is None:
             return None
-        _SERVED.setdefault(root, [])
-        if importer not in _SERVED[root]:
-            _SERVED[root].append(importer)
-        if root not in LIVE:
-            LIVE.append(root)
+        RUNTIME.gpu_only_served.setdefault(root, [])
+        if importer not in RUNTIME.gpu_only_served[root]:
+            RUNTIME.gpu_only_served[root].append(importer)
+        if root not in RUNTIME.gpu_only_live:
+            RUNTIME.gpu_only_live.append(root)
         return ModuleSpec(fullname, _StandInLoader(importer), is_package=True)  # type: ignore[arg-type]  # duck-typed loader
 
 

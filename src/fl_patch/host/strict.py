@@ -38,16 +38,11 @@ import atexit
 import os
 import sys
 import types
-from collections.abc import Callable
 
 from fl_patch.core.errors import FlPatchError, warn
 from fl_patch.runtime import RUNTIME
 
 __all__ = ["arm", "disarm", "register_exit_check"]
-
-_previous_hook: Callable[..., object] | None = None
-_registered = False  # _at_exit is in atexit's list
-_armed = False  # strict mode is on in this installation: the check acts
 
 
 def register_exit_check() -> None:
@@ -55,33 +50,33 @@ def register_exit_check() -> None:
 
     It does nothing at exit unless ``arm`` ran (strict mode on when fl_patch installed).
     """
-    global _registered
-    if not _registered:
-        _registered = True
+    state = RUNTIME.strict
+    if not state.registered:
+        state.registered = True
         atexit.register(_at_exit)
 
 
 def arm() -> None:
     """Install the excepthook and the exit check (once per installation)."""
-    global _previous_hook, _armed
-    if _armed:
+    state = RUNTIME.strict
+    if state.armed:
         return
-    _armed = RUNTIME.exit_check = True
+    state.armed = RUNTIME.exit_check = True
     if sys.excepthook is not _excepthook:
-        _previous_hook = sys.excepthook
+        state.previous_hook = sys.excepthook
         sys.excepthook = _excepthook
     register_exit_check()
 
 
 def disarm() -> None:
     """Take out what ``arm`` put in (``uninstall()``): the excepthook where it is still ours, the exit check."""
-    global _previous_hook, _armed, _registered
+    state = RUNTIME.strict
     if sys.excepthook is _excepthook:
-        sys.excepthook = _previous_hook if _previous_hook is not None else sys.__excepthook__
-    _previous_hook = None
-    if _registered:
+        sys.excepthook = state.previous_hook if state.previous_hook is not None else sys.__excepthook__
+    state.previous_hook = None
+    if state.registered:
         atexit.unregister(_at_exit)
-    _armed = _registered = RUNTIME.exit_check = False
+    state.armed = state.registered = RUNTIME.exit_check = False
 
 
 def _strict_error(exc: BaseException | None) -> FlPatchError | None:
@@ -104,12 +99,12 @@ def _excepthook(kind: type[BaseException], value: BaseException, tb: types.Trace
                 f"FlPatchError: {error}\n(FL_PATCH_STRICT=1 stops the run here; FL_PATCH_TRACEBACK=1 shows where)\n"
             )
             return
-    hook = _previous_hook if _previous_hook is not None else sys.__excepthook__
+    hook = RUNTIME.strict.previous_hook if RUNTIME.strict.previous_hook is not None else sys.__excepthook__
     hook(kind, value, tb)
 
 
 def _at_exit() -> None:
-    if not _armed:
+    if not RUNTIME.strict.armed:
         return
     try:
         engine = RUNTIME.engine if RUNTIME.installed else None

@@ -186,7 +186,7 @@ def _pack(record: Mapping[str, object]) -> str:
     pack = record.get("pack")
     if isinstance(pack, str):
         return pack
-    return owner_of(str(record.get("source", "?")), str(record.get("target", "")), str(record.get("vendor", "")))
+    return owner_of(str(record.get("source", "?")))
 
 
 def _record_matches(record: Mapping[str, object], only: Sequence[tuple[str, str]]) -> bool:

@@ -44,18 +44,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from fl_patch.config.settings import ENV, KNOWN_NAMES
-from fl_patch.host.children import PACKAGE_BOOTSTRAP
+from fl_patch.host.ray_watch import SETUP_HOOK, bootstrap_dir, reaches
 
 __all__ = ["NEXT_HOOK", "SETUP_HOOK", "bootstrap_dir", "reaches", "runtime_env", "setup_worker"]
 
-SETUP_HOOK = "fl_patch.job.ray.setup_worker"
 NEXT_HOOK = ENV.RAY_NEXT_HOOK  # the hook the user's runtime_env had, run after fl_patch's
 # Per-process values of the driver that mean nothing in a worker.
 _NOT_CARRIED = frozenset({ENV.LAUNCHED, ENV.LOADING, ENV.BOOTSTRAP, ENV.RAY_NEXT_HOOK})
-
-
-def bootstrap_dir() -> str:
-    return os.path.realpath(PACKAGE_BOOTSTRAP)
 
 
 def _settings_of(environ: Mapping[str, str]) -> dict[str, str]:
@@ -86,24 +81,6 @@ def runtime_env(base: Mapping[str, Any] | None = None, *, environ: Mapping[str, 
         result["worker_process_setup_hook"] = SETUP_HOOK
     result["env_vars"] = env_vars
     return result
-
-
-def reaches(runtime_env: Mapping[str, Any] | None) -> bool:
-    """Whether a worker with this (effective) runtime_env runs fl_patch: our hook, or the bootstrap on its PYTHONPATH."""
-    if not runtime_env:
-        return False
-    if runtime_env.get("worker_process_setup_hook") == SETUP_HOOK:
-        return True
-    env_vars = runtime_env.get("env_vars") or {}
-    bootstrap = bootstrap_dir()
-    return any(
-        entry
-        and (
-            os.path.realpath(entry) == bootstrap
-            or entry.rstrip("/").endswith(("fl_patch/activation/bootstrap", "sitecustomize_template"))
-        )
-        for entry in str(env_vars.get("PYTHONPATH", "")).split(os.pathsep)
-    )
 
 
 def setup_worker() -> None:

@@ -44,11 +44,12 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.resolve import Kind
+from fl_patch.host.compiling import is_compiling_function
 from fl_patch.reporting.layout import NOT_IN_A_PACK, counts_text, matches, owner_of, pack_order, terminal_width, wrap
 from fl_patch.runtime import RUNTIME
 
@@ -82,18 +83,6 @@ def _counts() -> CallCounts:
     return RUNTIME.call_counts
 
 
-def _never_compiling() -> bool:
-    return False
-
-
-def _is_compiling_function() -> Callable[[], bool]:
-    """``torch.compiler.is_compiling`` if torch is loaded (it always is under megatron)."""
-    torch = sys.modules.get("torch")
-    compiler = getattr(torch, "compiler", None)
-    is_compiling = getattr(compiler, "is_compiling", None)
-    return is_compiling if callable(is_compiling) else _never_compiling
-
-
 def _counter_for(target: str) -> itertools.count[int]:
     # next() on itertools.count is atomic under the GIL: no lock per call.
     counts = _counts()
@@ -125,7 +114,7 @@ def make_counter(target: str, function: types.FunctionType, upstream: object, ki
     if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
         return function  # a wrapper would change what inspect says the function is
     counter = _counter_for(target)
-    is_compiling = _is_compiling_function()
+    is_compiling = is_compiling_function()
     impl = function
     tick = counter.__next__
 
@@ -166,7 +155,7 @@ def counted_records(records: list[PatchRecord]) -> list[PatchRecord]:
 
 
 def _process_label() -> str:
-    from fl_patch.job.ranks import process_rank  # standard library only: RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK...
+    from fl_patch.host.ranks import process_rank  # standard library only: RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK...
 
     label = f"pid {os.getpid()}"
     rank = process_rank().label()
@@ -177,7 +166,7 @@ def _process_label() -> str:
 
 
 def _record_pack(record: PatchRecord) -> str:
-    return owner_of(record.source, record.target, record.vendor)
+    return owner_of(record.source)
 
 
 def _status_text(record: PatchRecord) -> str:
@@ -433,7 +422,7 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 
 def _append_json(path: str, records: list[PatchRecord]) -> None:
-    from fl_patch.job.ranks import process_rank
+    from fl_patch.host.ranks import process_rank
 
     rank = process_rank()
     entry = {

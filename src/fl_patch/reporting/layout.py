@@ -4,9 +4,9 @@ A plugin author reads these surfaces for their own registrations; fl_patch's shi
 hundreds more. So each surface shows the user's registrations first and in full, problems
 first, and each shipped pack as one line of counts by status, unless asked for (``--all``,
 ``--only pack=NAME``). Who owns a registration is read from its source: a module of the
-``fl_patch`` package is a shipped pack (which one: recorded as the packs load,
-``RUNTIME.pack_of``), anything else (a registry module, an entry point, a FlagScale tree) is
-the user's.
+``fl_patch`` package is a shipped pack (which one: the registry module it came from,
+``fl_patch.impls.<pack>.registry``), anything else (a registry module, an entry point, a
+FlagScale tree) is the user's.
 
 Width: the terminal's (``COLUMNS``, then ``shutil.get_terminal_size``; 100 where neither says);
 a long cause is wrapped under its row, never cut.
@@ -17,8 +17,6 @@ from __future__ import annotations
 import shutil
 from collections import Counter
 from collections.abc import Iterable
-
-from fl_patch.runtime import RUNTIME
 
 __all__ = [
     "NOT_IN_A_PACK",
@@ -37,20 +35,15 @@ NOT_IN_A_PACK = "none"
 _RANK_CHECK = "rank check"  # fl_patch's own registration (job/registry.py): a pack of one, shown as such
 
 
-def owner(
-    source: str, target: str = "", vendor: str = "", packs: dict[tuple[str, str], str] | None = None
-) -> str | None:
-    """The shipped pack that registered ``target`` for ``vendor``, or None for the user's.
+def owner(source: str) -> str | None:
+    """The shipped pack a registration comes from, by the registry module that made it; None for the user's.
 
-    ``packs`` ((target, vendor) -> pack) is what this process recorded as the packs loaded
-    (``RUNTIME.pack_of``); a registration of the ``fl_patch`` package it does not know (another
-    process's report) is named by its module.
+    Each pack registers from its own ``fl_patch.impls.<pack>.registry`` (the shared packs ``te`` and
+    ``without_te`` too, registered by ``cpu`` and ``flaggems`` for their vendors), which is the
+    registration's ``source``: the same name ``docs/patches.md`` files it under.
     """
     if source != "fl_patch" and not source.startswith("fl_patch."):
         return None  # a registry module, an entry point, a FlagScale tree: the user's
-    known = (RUNTIME.pack_of if packs is None else packs).get((target, vendor))
-    if known is not None:
-        return known
     parts = source.split(".")
     if parts[1:2] == ["job"]:
         return _RANK_CHECK
@@ -59,9 +52,9 @@ def owner(
     return "fl_patch"
 
 
-def owner_of(source: str, target: str = "", vendor: str = "", packs: dict[tuple[str, str], str] | None = None) -> str:
+def owner_of(source: str) -> str:
     """``owner`` as the ``pack`` field shows it: the pack's name, or ``none`` for the user's."""
-    return owner(source, target, vendor, packs) or NOT_IN_A_PACK
+    return owner(source) or NOT_IN_A_PACK
 
 
 def matches(key: str, wanted: str, value: str | None) -> bool:

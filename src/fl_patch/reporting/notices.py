@@ -28,7 +28,7 @@ def _said(environ: dict[str, str] | os._Environ[str]) -> set[str]:
 
 
 def _first_process_of_the_job() -> bool:
-    from fl_patch.job.ranks import process_rank  # standard library only
+    from fl_patch.host.ranks import process_rank  # standard library only
 
     rank = process_rank().rank
     if rank not in (None, 0):

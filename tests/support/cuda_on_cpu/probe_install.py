@@ -17,7 +17,8 @@ import torch.distributed as dist
 import torch.utils._device
 from torch.cuda import manual_seed as seed_bound_before_install
 
-from fl_patch.impls.cpu import cuda_on_cpu_registry, cuda_stand_ins
+from fl_patch.impls.cpu import cuda_stand_ins
+from fl_patch.impls.cuda_on_cpu import registry as cuda_on_cpu_registry
 
 _ABSENT = object()
 
@@ -42,7 +43,7 @@ def _own(target: str) -> object:
     return vars(holder).get(name, _ABSENT)
 
 
-TARGETS = [t for t, _ in cuda_on_cpu_registry.TORCH_TARGETS] + ["torch.cuda.manual_seed", "torch.cuda.get_rng_state"]
+TARGETS = [t for t, *_ in cuda_on_cpu_registry.TORCH_TARGETS] + ["torch.cuda.manual_seed", "torch.cuda.get_rng_state"]
 before = {target: _own(target) for target in TARGETS}
 
 import megatron.core  # noqa: E402,F401  (fl_patch installs at the first megatron import)

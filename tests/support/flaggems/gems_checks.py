@@ -420,7 +420,7 @@ def check(case: Case, device: str) -> dict[str, object]:
                 const=frozenset({1}),
             )
         elif case.op.startswith("moe_"):
-            from fl_patch.impls.cpu import moe_fusions
+            from fl_patch.impls.te import moe_fusions
 
             tokens, experts, topk, hidden = case.dims
             scores = torch.rand(tokens, experts, device=device)

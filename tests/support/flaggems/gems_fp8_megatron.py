@@ -47,15 +47,16 @@ def main() -> None:
     from megatron.core.transformer import transformer_block
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from fl_patch.impls.cpu.te_modules import TEFeatureError
     from fl_patch.impls.flaggems import fp8
+    from fl_patch.impls.te.modules import TEFeatureError
 
     parallel_state.initialize_model_parallel(1, 1)
     out: dict[str, object] = {}
     import megatron.core.fp8_utils as fp8_utils
 
-    assert fp8_utils.get_fp8_context is fp8.get_fp8_context, fp8_utils.get_fp8_context
-    assert transformer_block.get_fp8_context is fp8.get_fp8_context  # the name transformer_block bound at import
+    # (fl_patch installs its own function running the pack's code: core/patch.py)
+    assert fp8_utils.get_fp8_context.__code__ is fp8.get_fp8_context.__code__, fp8_utils.get_fp8_context
+    assert transformer_block.get_fp8_context is fp8_utils.get_fp8_context  # the name transformer_block bound at import
 
     def config(**cfg: object) -> TransformerConfig:
         # sizes the block-scaled GEMMs take too: every linear's features and the 128 tokens multiples of 128

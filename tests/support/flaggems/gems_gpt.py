@@ -153,7 +153,7 @@ def _write_profile(profiler: object, path: str, step_times: list[float]) -> None
 
 def _wgrad_in_place() -> bool | None:
     """Whether fl_patch's gradient accumulation fusion added into main_grad in one cuBLAS call (None: not used)."""
-    module = sys.modules.get("fl_patch.impls.cpu.wgrad_accumulation")
+    module = sys.modules.get("fl_patch.impls.without_te.wgrad_accumulation")
     return None if module is None else module._in_place_trusted
 
 

@@ -38,19 +38,19 @@ def main() -> None:
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from fl_patch.impls.cpu import te_modules
     from fl_patch.impls.flaggems import te
     from fl_patch.impls.flaggems._runtime import FALLBACKS, reset_fallbacks
     from fl_patch.impls.flaggems.registry import TE_PATCHES
+    from fl_patch.impls.te import modules as te_modules
 
     parallel_state.initialize_model_parallel(1, 1)
     records = {r.target: r for r in fl_patch.report() if r.vendor == "flaggems"}
-    te_targets = {t for t, _ in TE_PATCHES}
+    te_targets = {t for t, *_ in TE_PATCHES}
     spec_targets = {t for t in records if ".TE" in t or t.endswith("LayerNormImpl")}
     not_applied = {
         t: (records[t].status.value, records[t].detail)
         for t in te_targets | spec_targets
-        # waiting: BERT's, not imported; not for this version: a name another release binds (te_registry's ranges)
+        # waiting: BERT's, not imported; not for this version: a name another release binds (te/registry.py's ranges)
         if t in records and records[t].status.value not in ("applied", "waiting", "not for this version")
     }
     assert te_targets <= set(records) and len(spec_targets) >= 8 and not not_applied, (not_applied, sorted(records))
@@ -79,7 +79,7 @@ def main() -> None:
     tokens = torch.randint(0, VOCAB, (2, SEQ + 1), generator=g)
     positions = torch.arange(SEQ).expand(2, SEQ)
 
-    originals = {name: fl_patch.original(f"fl_patch.impls.cpu.te_modules.{name}") for name in
+    originals = {name: fl_patch.original(f"fl_patch.impls.te.modules.{name}") for name in
                  ("norm", "attention", "grouped_matmul")}  # fmt: skip
     import megatron.core.transformer.moe.experts as experts
 

@@ -23,7 +23,7 @@ from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 from megatron.core.transformer.moe import moe_utils
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from fl_patch.impls.cpu import moe_fusions
+from fl_patch.impls.te import moe_fusions
 
 CALLS = {"permute_rows": 0, "unpermute_rows": 0}
 
@@ -218,7 +218,10 @@ def multihot_cases(n_cases: int) -> dict[str, float | int | bool]:
         **worst,
         "dispatcher_bound": token_dispatcher.fused_indices_to_multihot
         is fused_indices_converter.fused_indices_to_multihot,
-        "patched": fused_indices_converter.fused_indices_to_multihot.__module__ == "fl_patch.impls.cpu.fusions",
+        # (what fl_patch installs runs the impl's code under megatron's name: core/patch.py)
+        "patched": fused_indices_converter.fused_indices_to_multihot.__code__.co_filename.endswith(
+            "fl_patch/impls/cpu/fusions.py"
+        ),
     }
 
 

@@ -166,8 +166,8 @@ def load_tree(registry: Registry, problems: ProblemSink, engine: Engine, *, hook
     ``hooked``: the import hook is installed (its on-load hook wraps the tree's ``register``
     as the module loads); without it (``--list``) the module is loaded and wrapped here.
     """
-    from fl_patch.activation.sources import import_source
     from fl_patch.compat.flagscale import decorators as flagscale_compat
+    from fl_patch.sources import import_source
 
     tree = find_tree()
     if tree is None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from ._compat import warn_if_unverified
+from fl_patch.impls._compat import warn_if_unverified
 
 __all__ = ["IndicesToMultihot", "fused_indices_to_multihot", "fused_softmax_kernel_available"]
 

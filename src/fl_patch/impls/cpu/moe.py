@@ -11,8 +11,7 @@ from typing import Any
 import torch
 
 import fl_patch
-
-from ._compat import warn_if_unverified
+from fl_patch.impls._compat import warn_if_unverified
 
 __all__ = ["maybe_move_tensor_to_cpu"]
 

@@ -16,7 +16,7 @@ Drop when upstream guards the triton import (or when the machine has triton).
 
 from __future__ import annotations
 
-from ._compat import warn_if_unverified
+from fl_patch.impls._compat import warn_if_unverified
 
 warn_if_unverified()
 

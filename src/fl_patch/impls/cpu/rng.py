@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import torch
 from megatron.core.tensor_parallel import random as tp_random
 
-from ._compat import warn_if_unverified
+from fl_patch.impls._compat import warn_if_unverified
 
 __all__ = ["fork", "set_cuda_rng_state"]
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .torch_optimizers import OPTIM
+from fl_patch.impls.without_te.torch_optimizers import OPTIM
+
 from .torch_view import CpuTorchView
 
 __all__ = [

@@ -50,9 +50,10 @@ from typing import Any
 
 import torch
 
+from fl_patch.impls._compat import warn_if_unverified
+
 from . import cuda_stand_ins
-from ._compat import warn_if_unverified
-from .cuda_on_cpu_registry import FACTORY_NAMES, RNG_NAMES
+from .cuda_names import FACTORY_NAMES, RNG_NAMES
 from .cuda_stand_ins import CPU, STREAM_CONTEXT, Event, Stream, StreamContext, cpu_device, default_stream
 
 __all__ = ["CPU_TORCH", "CPU_TORCH_ONE_DEVICE", "CpuTorchView", "CudaOnCpu", "Event", "Stream", "cpu_device"]

@@ -16,8 +16,7 @@ import sys
 from dataclasses import dataclass
 
 import fl_patch
-
-from ._compat import warn_if_unverified
+from fl_patch.impls._compat import warn_if_unverified
 
 __all__ = ["CPU_DEFAULTS", "CPU_ENVIRONMENT", "CpuDefault", "add_megatron_arguments", "user_given"]
 

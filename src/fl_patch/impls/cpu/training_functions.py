@@ -17,8 +17,7 @@ import torch
 import typing_extensions
 
 import fl_patch
-
-from ._compat import warn_if_unverified
+from fl_patch.impls._compat import warn_if_unverified
 
 __all__ = [
     "build_pretraining_data_loader",

@@ -5,7 +5,7 @@ Why: megatron-core enters fp8 only through TE. ``--fp8-format``/``--fp8-recipe``
 ``fp8_utils.get_fp8_context(...)``, which calls ``transformer_engine.pytorch.fp8_autocast`` with a
 TE recipe object (``get_fp8_recipe``); TE's linear modules then run their GEMMs in fp8. Without TE,
 ``get_fp8_context`` returns ``nullcontext()`` and fl_patch's TE-compatible layers
-(``fl_patch/impls/cpu/te_modules.py``) refused ``fp8``. On a Hopper GPU torch has the fp8 GEMM
+(``fl_patch/impls/te/modules.py``) refused ``fp8``. On a Hopper GPU torch has the fp8 GEMM
 (``torch._scaled_mm``): the rest is the recipe, which is small.
 
 How (vendor ``flaggems``, only where TE is absent; ``registry.py``):
@@ -87,7 +87,7 @@ _ALIGN = {"tensorwise": 16, "delayed": 16, "blockwise": fq.BLOCK}  # GEMM sizes 
 def _error(message: str) -> Exception:
     """``TEFeatureError`` (the TE-compatible layers' error), imported when raised: this module also serves
     ``megatron.core.fp8_utils``, which loads before the TE modules can."""
-    from fl_patch.impls.cpu.te_modules import TEFeatureError
+    from fl_patch.impls.te.modules import TEFeatureError
 
     return TEFeatureError(message)
 

@@ -1,7 +1,7 @@
 """MoE token permutation (``--moe-permute-fusion``) on the pack's kernels.
 
 Why: without TE, fl_patch serves TE's fused permutation functions in torch
-(``fl_patch.impls.cpu.moe_fusions``): the row map, the row movement and the chunk regrouping as
+(``fl_patch.impls.te.moe_fusions``): the row map, the row movement and the chunk regrouping as
 chains of small torch ops (about fifteen launches each), an ``index_add`` with atomics for the
 unpermute sum. A MoE step on one GPU is host-bound (measured: ``docs/te_spec.md``), so launches
 are what it costs.
@@ -37,7 +37,7 @@ __all__ = [
     "unpermute_rows",
 ]
 
-_FUSIONS = "fl_patch.impls.cpu.moe_fusions"
+_FUSIONS = "fl_patch.impls.te.moe_fusions"
 MAKE_ROW_ID_MAP = f"{_FUSIONS}.make_row_id_map"
 PERMUTE_ROWS = f"{_FUSIONS}.permute_rows"
 UNPERMUTE_ROWS = f"{_FUSIONS}.unpermute_rows"

@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from fl_patch.impls.cpu.torch_optimizers import (
+from fl_patch.impls.without_te.torch_optimizers import (
     complete_adam_states,
     groups_without_lr,
     leave_lr_unset,

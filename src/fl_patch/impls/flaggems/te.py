@@ -2,7 +2,7 @@
 
 Why: ``transformer_impl="transformer_engine"`` is megatron's default and what
 ``pretrain_gpt.py`` and most recipes build. Without TE, fl_patch serves TE's modules in
-plain torch (``fl_patch.impls.cpu.te_modules``, ``docs/te_spec.md``): TE's module tree and
+plain torch (``fl_patch.impls.te.modules``, ``docs/te_spec.md``): TE's module tree and
 parameter names, megatron's tensor-parallel layers underneath. Their maths goes through three
 module functions, ``norm``, ``attention`` and ``grouped_matmul``; on a GPU those are torch's
 eager ops (``F.rms_norm``, SDPA with whatever backend torch picks, one GEMM per expert). This
@@ -58,7 +58,7 @@ __all__ = [
     "weighted_bias_swiglu_impl",
 ]
 
-_TE = "fl_patch.impls.cpu.te_modules"
+_TE = "fl_patch.impls.te.modules"
 NORM = f"{_TE}.norm"
 ATTENTION = f"{_TE}.attention"
 GROUPED_MATMUL = f"{_TE}.grouped_matmul"
@@ -142,7 +142,7 @@ _grouped_lock = threading.Lock()
 def _loop(x: torch.Tensor, weights: list[torch.Tensor], splits: list[int]) -> torch.Tensor:
     """The per-expert reference (``te_modules.per_expert_matmul``), imported when the self-check runs: this module
     also serves a megatron target (the weighted SwiGLU) that can load before the TE modules and their imports."""
-    from fl_patch.impls.cpu.te_modules import per_expert_matmul
+    from fl_patch.impls.te.modules import per_expert_matmul
 
     return per_expert_matmul(x, weights, splits)
 

@@ -5,7 +5,7 @@ the whole routing map, and its unpermutation a ``scatter_add_`` (atomics: the or
 so the result, varies run to run) into a buffer in the rows' dtype; TE's fused kernels are what
 ``--moe-permute-fusion`` asks for, and there is no TE here.
 
-How: the row map of ``fl_patch.impls.cpu.moe_fusions.make_row_id_map`` (``int32 [tokens, 2E + 1]``:
+How: the row map of ``fl_patch.impls.te.moe_fusions.make_row_id_map`` (``int32 [tokens, 2E + 1]``:
 a token's destination rows, their experts, their count) is read per token, so no program searches
 and none writes where another does:
 

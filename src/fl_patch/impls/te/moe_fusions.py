@@ -66,7 +66,7 @@ __all__ = [
 HAVE_TE = True
 """``moe_utils.HAVE_TE``: in that module it only guards the fused functions below (checked by the tests)."""
 
-_HERE = "fl_patch.impls.cpu.moe_fusions"
+_HERE = "fl_patch.impls.te.moe_fusions"
 MAKE_ROW_ID_MAP = f"{_HERE}.make_row_id_map"
 PERMUTE_ROWS = f"{_HERE}.permute_rows"
 UNPERMUTE_ROWS = f"{_HERE}.unpermute_rows"

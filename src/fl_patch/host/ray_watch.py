@@ -19,19 +19,21 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
+
+from fl_patch.host.children import PACKAGE_BOOTSTRAP
+from fl_patch.runtime import RUNTIME
 
 # Not ``from typing import Any``: typing costs ~3 ms at the start-up of every process (see fl_patch/__init__.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["watch"]
+__all__ = ["SETUP_HOOK", "bootstrap_dir", "reaches", "watch"]
 
 _WATCHED = "ray.actor"
-_state = {"told": False, "wrapped": False}
 
 
 class _AfterExec:
@@ -93,6 +95,31 @@ class _RayActorWatch:
         pass
 
 
+SETUP_HOOK = "fl_patch.job.ray.setup_worker"  # the Ray worker setup hook fl_patch.job.ray.runtime_env names
+
+
+def bootstrap_dir() -> str:
+    return os.path.realpath(PACKAGE_BOOTSTRAP)
+
+
+def reaches(runtime_env: Mapping[str, Any] | None) -> bool:
+    """Whether a worker with this (effective) runtime_env runs fl_patch: our hook, or the bootstrap on its PYTHONPATH."""
+    if not runtime_env:
+        return False
+    if runtime_env.get("worker_process_setup_hook") == SETUP_HOOK:
+        return True
+    env_vars = runtime_env.get("env_vars") or {}
+    bootstrap = bootstrap_dir()
+    return any(
+        entry
+        and (
+            os.path.realpath(entry) == bootstrap
+            or entry.rstrip("/").endswith(("fl_patch/activation/bootstrap", "sitecustomize_template"))
+        )
+        for entry in str(env_vars.get("PYTHONPATH", "")).split(os.pathsep)
+    )
+
+
 def watch() -> None:
     """Watch this process's Ray actor launches (once; at once if ``ray.actor`` is loaded already)."""
     loaded = sys.modules.get(_WATCHED)
@@ -105,12 +132,12 @@ def watch() -> None:
 def _wrap_actor_class(module: ModuleType) -> None:
     actor_class = getattr(module, "ActorClass", None)
     original = getattr(actor_class, "_remote", None)
-    if _state["wrapped"] or actor_class is None or original is None:
+    if RUNTIME.ray_watch["wrapped"] or actor_class is None or original is None:
         return
-    _state["wrapped"] = True
+    RUNTIME.ray_watch["wrapped"] = True
 
     def _remote(self: Any, args: Any = None, kwargs: Any = None, **actor_options: Any) -> Any:
-        if not _state["told"]:
+        if not RUNTIME.ray_watch["told"]:
             try:
                 _check(self, actor_options)
             except Exception:  # noqa: BLE001  (a diagnostic never stops an actor from starting)
@@ -139,8 +166,6 @@ def _effective_runtime_env(actor: Any, actor_options: dict[str, Any]) -> dict[st
 
 def _cluster_started_here_with_bootstrap() -> bool:
     """This process started the cluster (its raylet inherited this environment) and has the bootstrap on PYTHONPATH."""
-    from fl_patch.job.ray import bootstrap_dir
-
     worker = sys.modules.get("ray._private.worker")
     node = getattr(worker, "_global_node", None)
     # ray.init() that started the cluster made its node with ray_init_cluster=True and started its processes;
@@ -153,14 +178,13 @@ def _cluster_started_here_with_bootstrap() -> bool:
 
 def _check(actor: Any, actor_options: dict[str, Any]) -> None:
     from fl_patch.core.errors import warn
-    from fl_patch.job.ray import reaches
 
     effective = _effective_runtime_env(actor, actor_options)
     if str(effective["env_vars"].get("FL_PATCH", "")).strip().lower() in ("0", "false", "no", "off"):
         return  # turned off on purpose
     if reaches(effective) or _cluster_started_here_with_bootstrap():
         return
-    _state["told"] = True
+    RUNTIME.ray_watch["told"] = True
     name = getattr(getattr(actor, "__ray_metadata__", None), "class_name", None) or type(actor).__name__
     warn(
         f"fl_patch: this Ray driver runs with fl_patch, but the actor {name} is started by a raylet whose "

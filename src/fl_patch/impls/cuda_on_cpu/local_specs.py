@@ -1,16 +1,11 @@
-"""megatron-core where Transformer Engine and flash-attn are absent (always so on a CPU).
+"""Transformer Engine layer specs -> megatron-core's local specs, for the CUDA-on-CPU transfer (pack ``cuda_on_cpu``).
 
-Three kinds of patch, registered by ``cuda_on_cpu_registry.py`` for vendor ``cpu``:
-
-- upstream problems that show without the optional CUDA libraries or with the wheel, fixed
-  always: an unguarded ``import flash_attn`` (:func:`get_fa_version`), the ``NameError`` of
-  ``FP8GlobalStateManager`` in activation recompute (:func:`checkpoint_without_output_init`)
-  and ``compile_helpers`` running ``make`` where the wheel ships no Makefile
-  (:func:`compile_helpers`);
-- with the CUDA-on-CPU transfer on: the Transformer Engine layer-spec providers build
-  megatron-core's local spec instead (same maths: layer norms and linears as separate
-  modules instead of TE's fused ones; no fp8) when TE is not installed. Options that only
-  TE has raise, naming the option. The one line the transfer prints says so.
+Registered by ``cuda_on_cpu/registry.py`` (vendor ``cpu``, with the transfer on): the Transformer Engine
+layer-spec providers build megatron-core's local spec instead (same maths: layer norms and linears as separate
+modules instead of TE's fused ones; no fp8) when TE is not installed and the TE-compatible layers (pack ``te``)
+are not behind the module's ``TESpecProvider`` either. Options that only TE has raise, naming the option. The one
+line the transfer prints says so. (The fixes for megatron-core without flash-attn / TE that apply always moved to
+the CPU pack: ``cpu/without_extensions.py``.)
 
 Each impl's docstring gives Why (the upstream line), How, the upstream reference
 (megatron-core 0.19.2) and when it can be dropped.
@@ -18,20 +13,15 @@ Each impl's docstring gives Why (the upstream line), How, the upstream reference
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import sys
 from typing import Any
 
 import fl_patch
-
-from ._compat import warn_if_unverified
+from fl_patch.impls._compat import warn_if_unverified
 
 __all__ = [
     "bert_layer_with_transformer_engine_submodules",
-    "checkpoint_without_output_init",
-    "compile_helpers",
-    "get_fa_version",
     "gpt_decoder_layer_specs",
     "gpt_layer_with_transformer_engine_submodules",
     "gpt_mlp_module_spec",
@@ -41,90 +31,14 @@ __all__ = [
 
 warn_if_unverified()
 
-_UTILS = "megatron.core.utils"
-_DATASETS_UTILS = "megatron.core.datasets.utils"
-_HELPERS = "megatron.core.datasets.helpers_cpp"
-_RANDOM = "megatron.core.tensor_parallel.random"
 _GPT_SPECS = "megatron.core.models.gpt.gpt_layer_specs"
 _MOE_SPECS = "megatron.core.models.gpt.moe_module_specs"
 _BERT_SPECS = "megatron.core.models.bert.bert_layer_specs"
 
 
-# --------------------------------------------------------------------------- fixed always
-def get_fa_version() -> Any:
-    """Patch for ``megatron.core.utils.get_fa_version``.
-
-    Why: upstream (``utils.py`` lines 356-373) imports ``flash_attn`` unguarded to read its
-    version, so ``is_fa_min_version("2.7.3")`` raises ``ModuleNotFoundError`` where
-    flash-attn is not installed, instead of answering False. Megatron-LM's own tests call it
-    in ``pytest.mark.skipif`` at import time (``tests/unit_tests/inference/engines/
-    test_dynamic_engine.py`` and others): the whole module fails to collect.
-    How: what upstream's ``get_te_version`` does for an absent Transformer Engine: version
-    ``0.0.0``, so every ``is_fa_min_version`` check is False. With flash-attn installed,
-    upstream runs.
-    Upstream reference: megatron-core 0.19.2, ``megatron/core/utils.py``.
-    Drop when: upstream guards the import (as it does for TE).
-    """
-    if importlib.util.find_spec("flash_attn") is not None:
-        return fl_patch.original(f"{_UTILS}.get_fa_version")()
-    from packaging.version import Version
-
-    return Version("0.0.0")
-
-
-def checkpoint_without_output_init(self: Any, fp8: Any = False, *args: Any, **kwargs: Any) -> None:
-    """Patch for ``megatron.core.tensor_parallel.random.CheckpointWithoutOutput.__init__``.
-
-    Why: upstream sets ``self.fp8 = fp8 is not None`` (``random.py`` line 740), so the
-    default ``fp8=False`` (every caller in ``transformer_layer.py``, ``moe/experts.py``)
-    means "fp8 on", and ``CheckpointWithoutOutputFunction.forward`` calls
-    ``FP8GlobalStateManager.is_fp8_enabled()`` (line 693), a Transformer Engine name that
-    is only imported when TE is: ``NameError`` in the first forward pass with
-    ``recompute_modules`` such as ``layernorm`` or ``moe_act`` and no TE.
-    How: where TE is not installed, no fp8 was asked for when ``fp8`` is ``None`` or
-    ``False``: ``self.fp8`` is False and recompute runs without TE's contexts (what it does
-    with TE and fp8 off, minus TE's bookkeeping). An fp8 request without TE raises,
-    saying so. With TE installed, upstream runs unchanged.
-    Main's ``ckpt_manager`` / ``retain_input_tensors`` reach upstream in ``args``/``kwargs``,
-    as the caller passed them (nothing the caller did not pass).
-    Upstream reference: megatron-core 0.19.2, ``megatron/core/tensor_parallel/random.py``,
-    ``CheckpointWithoutOutput``; main (0.20) adds two parameters.
-    Drop when: upstream tests ``fp8`` for truth and guards the TE names.
-    """
-    fl_patch.original(f"{_RANDOM}.CheckpointWithoutOutput.__init__")(self, fp8, *args, **kwargs)
-    if getattr(sys.modules[_RANDOM], "HAVE_TE", False):
-        return
-    if fp8 is None or fp8 is False:
-        self.fp8 = False
-        return
-    raise ValueError(
-        f"CheckpointWithoutOutput(fp8={fp8!r}): fp8 activation recompute needs Transformer Engine, "
-        "which is not installed (fl_patch CPU pack)"
-    )
-
-
-def compile_helpers() -> None:
-    """Patch for ``megatron.core.datasets.utils.compile_helpers``.
-
-    Why: upstream (``datasets/utils.py`` lines 20-30) runs ``make -C megatron/core/datasets``
-    and calls ``sys.exit(1)`` when it fails. The megatron-core wheel ships the built
-    ``helpers_cpp`` extension but no ``Makefile``, so ``make`` fails and the process exits:
-    Megatron-LM's ``examples/run_simple_mcore_train_loop.py`` calls it on rank 0 before
-    building its dataset, and dies there. (A wheel problem, not a CPU one: a GPU machine
-    with the wheel hits it too. ``initialize._compile_dependencies``, the training pack's
-    patch, is the same problem one level up.)
-    How: when ``megatron.core.datasets.helpers_cpp`` is importable there is nothing to
-    compile; otherwise (a source checkout without the built extension) upstream runs.
-    Upstream reference: megatron-core 0.19.2, ``megatron/core/datasets/utils.py``.
-    Drop when: upstream skips the build when the extension is already there.
-    """
-    if importlib.util.find_spec(_HELPERS) is None:
-        fl_patch.original(f"{_DATASETS_UTILS}.compile_helpers")()
-
-
 # --------------------------------------------------------------------------- TE layer specs -> local
 def _have_te(module: str) -> bool:
-    """TE itself, or fl_patch's TE-compatible modules (``te_modules.py``) behind the module's ``TESpecProvider``.
+    """TE itself, or fl_patch's TE-compatible modules (``te/modules.py``) behind the module's ``TESpecProvider``.
 
     With the TE-compatible modules registered (the CPU pack, where TE is not installed), upstream's TE
     spec functions build TE's module tree on them, so these patches let upstream run."""
@@ -132,7 +46,7 @@ def _have_te(module: str) -> bool:
     if getattr(namespace, "HAVE_TE", False):
         return True
     provider = getattr(namespace, "TESpecProvider", None)
-    return getattr(provider, "__module__", "") == "fl_patch.impls.cpu.te_modules"
+    return getattr(provider, "__module__", "") == "fl_patch.impls.te.modules"
 
 
 def _refuse_te_only(spec: str, **options: object) -> None:

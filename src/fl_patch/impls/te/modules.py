@@ -32,7 +32,7 @@ layers and mappings (so TP, sequence parallelism, expert parallelism, initialisa
 
 The maths goes through three module-level functions, :func:`norm`, :func:`attention` and
 :func:`grouped_matmul`: a pack with kernels (the FlagGems GPU pack) registers its own impl for
-them (``fl_patch.impls.cpu.te_modules.norm`` is an fl_patch target like any other) and every
+them (``fl_patch.impls.te.modules.norm`` is an fl_patch target like any other) and every
 module above runs on it. fp8 goes through :func:`fp8_layer`, which a pack with fp8 GEMMs replaces (the FlagGems
 pack's ``fp8.py``); here it needs TE. TE-only features (fp8 without such a pack, fp4, TP communication overlap,
 delayed wgrad, symmetric all-reduce, fused residual RMSNorm, context parallelism, THD packed sequences) raise
@@ -73,7 +73,7 @@ from megatron.core.transformer.torch_norm import WrappedTorchNorm
 from megatron.core.transformer.utils import ensure_metadata_has_dp_cp_group, make_sharded_tensors_for_checkpoint
 from megatron.core.utils import divide, get_pg_rank, get_pg_size, get_tensor_model_parallel_group_if_none
 
-from ._compat import warn_if_unverified
+from fl_patch.impls._compat import warn_if_unverified
 
 __all__ = [
     "TEColumnParallelGroupedLinear",
@@ -129,7 +129,7 @@ def _refuse(where: str, config: Any, **requested: object) -> None:
     if asked:
         raise TEFeatureError(
             f"{where}: {', '.join(asked)} needs Transformer Engine, which is not installed; fl_patch's "
-            "TE-compatible modules (fl_patch/impls/cpu/te_modules.py, docs/te_spec.md) run TE's layer spec "
+            "TE-compatible modules (fl_patch/impls/te/modules.py, docs/te_spec.md) run TE's layer spec "
             "in plain torch without it"
         )
 
@@ -145,7 +145,7 @@ def fp8_layer(config: Any, layer: torch.nn.Module, num_gemms: int = 1) -> Any:
     if getattr(config, "fp8", None):
         raise TEFeatureError(
             f"{type(layer).__name__}: fp8={config.fp8!r} needs Transformer Engine, which is not installed; fl_patch's "
-            "TE-compatible modules (fl_patch/impls/cpu/te_modules.py, docs/te_spec.md) serve fp8 on the FlagGems GPU "
+            "TE-compatible modules (fl_patch/impls/te/modules.py, docs/te_spec.md) serve fp8 on the FlagGems GPU "
             "pack only (MG_FL_PREFER=flaggems, docs/gpu_pack.md)"
         )
     return None

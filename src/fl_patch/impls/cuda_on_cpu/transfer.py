@@ -11,7 +11,7 @@ for a CUDA initialisation that never comes, ``torch.autocast("cuda")`` and
 ``GradScaler("cuda")`` disable themselves with a warning (fp32 math, no loss scaling).
 
 How: torch_npu's ``transfer_to_npu`` idea, for the CPU: the functions themselves are
-replaced, process-wide, through fl_patch's registry (``cuda_on_cpu_registry.py``, vendor
+replaced, process-wide, through fl_patch's registry (``cuda_on_cpu/registry.py``, vendor
 ``cpu``, so only where no accelerator is found), each by a plain function below that maps
 the CUDA device to the CPU and calls the original. ``uninstall()`` puts every original
 back (aliases included). What is redirected is said once per process, on stderr (rank 0).
@@ -56,9 +56,17 @@ import torch.distributed.distributed_c10d as c10d
 import torch.nn.parallel
 import torch.utils._device
 
-from . import cuda_stand_ins
-from .cuda_on_cpu_registry import FACTORY_NAMES
-from .cuda_stand_ins import CPU, STREAM_CONTEXT, Event, Stream, StreamContext, cpu_device, is_cuda_device
+from fl_patch.impls.cpu import cuda_stand_ins
+from fl_patch.impls.cpu.cuda_names import FACTORY_NAMES
+from fl_patch.impls.cpu.cuda_stand_ins import (
+    CPU,
+    STREAM_CONTEXT,
+    Event,
+    Stream,
+    StreamContext,
+    cpu_device,
+    is_cuda_device,
+)
 
 __all__ = [
     "FACTORIES",

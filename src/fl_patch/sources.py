@@ -34,12 +34,10 @@ import types
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from fl_patch.activation import lookup as _lookup
 from fl_patch.config.settings import ENV
 from fl_patch.core.errors import is_stop_request
-from fl_patch.impls import PACKS
-from fl_patch.reporting.located import users_line
-from fl_patch.runtime import RUNTIME
+from fl_patch.core.located import users_line
+from fl_patch.host import registry_lookup as _lookup
 
 ENV_LOADING = ENV.LOADING
 
@@ -62,6 +60,20 @@ class _Missing(Exception):
     """A registry module that is not on this process's ``sys.path`` (``missing_ok``)."""
 
 
+# The shipped packs, by name (``FL_PATCH_PACKS``): each a registry module under ``fl_patch.impls`` that only
+# calls ``register()`` with strings for its own vendor (or ``module:function``, called to register). Named
+# here by path, never imported until a pack is loaded: the packs are plugins, above every layer.
+PACKS: dict[str, str] = {
+    # upstream megatron-core and megatron.training on a machine with no GPU (vendor cpu)
+    "cpu": "fl_patch.impls.cpu.registry:register_pack",
+    # the CPU pack's process-wide CUDA-on-CPU transfer for the code around megatron (vendor cpu too), a pack of its
+    # own so that FL_PATCH_PACKS=cpu keeps the megatron patches alone; FL_PATCH_CUDA_ON_CPU=0 also turns it off
+    "cuda_on_cpu": "fl_patch.impls.cuda_on_cpu.registry:register_pack",
+    # megatron-core's hot ops on Triton kernels (vendor flaggems, MG_FL_PREFER=flaggems)
+    "flaggems": "fl_patch.impls.flaggems.registry:register_pack",
+}
+
+
 def import_source(
     module_name: str,
     what: str,
@@ -73,7 +85,7 @@ def import_source(
 ) -> types.ModuleType | None:
     """Import a registry module (``pkg.mod``), or import one and call its function (``pkg.mod:function``).
 
-    Looked for on ``sys.path``, then in the directory the job started in (``activation.lookup``: the
+    Looked for on ``sys.path``, then in the directory the job started in (``host/registry_lookup.py``: the
     same rule for ``--check``, ``--list`` and every process of a run). ``missing_ok``: a module that
     exists in neither raises ``_Missing`` instead of being a problem.
     """
@@ -118,9 +130,7 @@ def import_source(
 
 def _pending_targets(registry: Registry) -> list[str]:
     """The targets registered so far inside the ``atomically`` block this thread is in (dropped if it fails)."""
-    held = getattr(registry, "_held", None)
-    pending = getattr(held, "pending", None) or ()
-    return [str(getattr(r, "target", r)) for r in pending]
+    return [r.target for r in registry.pending()]
 
 
 def _dropped_note(targets: list[str]) -> str:
@@ -148,14 +158,8 @@ def load_packs(names: tuple[str, ...] | None, registry: Registry, problems: Prob
         if registry_module is None:
             problems.problem(f"fl_patch: FL_PATCH_PACKS names unknown pack {name!r} (shipped: {', '.join(PACKS)})")
             continue
-        before = {id(r) for r in registry.registrations()}
         if import_source(registry_module, "pack registry", registry, problems, yield_to_existing=True) is not None:
             loaded.append(name)
-        # Which pack made each registration, for the surfaces that show the user's first (reporting/layout.py):
-        # not readable from the registering module (the CPU pack registers through cuda_on_cpu_registry too).
-        for registration in registry.registrations():
-            if id(registration) not in before:
-                RUNTIME.pack_of.setdefault((registration.target, registration.vendor), name)
     return loaded
 
 

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from ._compat import warn_if_unverified
+from fl_patch.impls._compat import warn_if_unverified
 
 __all__ = [
     "OPTIM",
