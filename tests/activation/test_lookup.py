@@ -135,3 +135,18 @@ def test_a_registry_that_fails_half_way_names_what_it_drops(layout: tuple[Path, 
     assert line.startswith(f"{checkout / 'fltest_two' / 'half.py'}:3: FlPatchWarning: "), line
     assert "RuntimeError: third line" in line
     assert "its 1 registration(s) made before that line (megatron.core.utils.divide) are dropped too" in line
+
+
+def test_a_bare_directory_of_the_same_name_beside_the_script_does_not_hide_the_plugin(tmp_path: Path) -> None:
+    """examples/my_plugin beside examples/train_gpt.py, run from examples/my_plugin: on sys.path (the script's
+    directory) ``fltest_two`` is a namespace package (a directory without ``__init__.py``), which has no
+    ``registry``; the regular package in the start directory wins, as it would anywhere on sys.path."""
+    checkout = tmp_path / "fltest_two"  # the plugin's checkout, named as its package
+    shutil.copytree(SUPPORT / "plugins" / "fltest_two", checkout / "fltest_two")
+    program = tmp_path / "probe.py"  # its parent holds the checkout: a namespace `fltest_two` on sys.path
+    program.write_text(PROBE)
+    run = _fl_patch(checkout, "--registry", "fltest_two.registry", "--strict", str(program))
+    assert run.returncode == 0, run.stderr
+    (status,) = _probe(run)
+    assert status["megatron.core.utils.divide"] == ["applied", "fltest_two.impls.divide"], run.stderr
+    assert "FlPatchWarning" not in run.stderr
