@@ -79,7 +79,7 @@ def test_idle_workers_end_the_wait(run_python, tmp_path) -> None:
 def test_the_handler_is_registered_before_the_programs_first_line(run_python, tmp_path) -> None:
     """Registered at fl_patch's start (``python -m fl_patch``), so that it runs after the program's own handlers."""
     script = tmp_path / "program.py"
-    script.write_text("import fl_patch.host.gloo_exit as g\nprint(g._registered)\n")
+    script.write_text("from fl_patch.runtime import RUNTIME\nprint(RUNTIME.gloo_exit_registered)\n")
     assert run_python("-m", "fl_patch", str(script), env=clean_env(FL_PATCH_PACKS="none")).stdout.split() == ["True"]
 
 
