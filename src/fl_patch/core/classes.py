@@ -96,11 +96,27 @@ _IMMUTABLETYPE = 1 << 8
 class _Redirect:
     """What fl_patch's ``__new__`` on one upstream class builds now (``impl``; None: the class itself)."""
 
-    __slots__ = ("impl", "upstream_signature")
+    __slots__ = ("impl", "impl_new", "upstream_signature")
 
     def __init__(self, upstream_signature: inspect.Signature | None) -> None:
         self.impl: type | None = None
+        self.impl_new: Callable[..., Any] | None = None  # the impl's own __new__, if it defines one
         self.upstream_signature = upstream_signature
+
+
+def _impl_new(original: type, impl: type) -> Callable[..., Any] | None:
+    """The ``__new__`` the impl defines over upstream's (a factory class returning another object), or None.
+
+    Read along the impl's MRO down to ``original``, as the class-level members are.
+    """
+    for klass in impl.__mro__:
+        if klass is original or not issubclass(klass, original):
+            return None
+        new = vars(klass).get("__new__")
+        if new is not None:
+            function = new.__func__ if isinstance(new, staticmethod) else new
+            return function if callable(function) else None
+    return None
 
 
 def redirect(original: type, impl: type) -> tuple[list[ClassChange], list[str]]:
@@ -125,7 +141,7 @@ def redirect(original: type, impl: type) -> tuple[list[ClassChange], list[str]]:
     except (AttributeError, TypeError) as exc:
         undo(original, changes)
         raise ClassImplError(f"cannot set {exc}") from None
-    state.impl = impl
+    state.impl, state.impl_new = impl, _impl_new(original, impl)
     _face(new, _signature_of(impl, receiver=True))
     return changes, notes
 
@@ -161,7 +177,7 @@ def undo(original: type, changes: list[ClassChange]) -> None:
         state = _state_of(current) if change.name == "__new__" else None
         if state is not None and (change.previous is ABSENT or change.previous is current):
             if state is not None:
-                state.impl = None
+                state.impl, state.impl_new = None, None
                 _face(current, state.upstream_signature)
             continue
         if change.previous is ABSENT:
@@ -193,6 +209,11 @@ def _redirecting_new(original: type, previous: object, state: _Redirect) -> stat
     def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
         if cls is original and state.impl is not None:
             cls = state.impl
+            impl_new = state.impl_new
+            if impl_new is not None:
+                # The impl's own __new__ decides what is built (megatron's WrappedTorchNorm returns a torch
+                # norm, not an instance); its call of upstream's __new__ comes back here with cls the impl.
+                return impl_new(cls, *args, **kwargs)
         if own_new is not None:
             return own_new(cls, *args, **kwargs)
         following = super(original, cls).__new__  # type: ignore[arg-type]  # (original is a class: mypy reads it as a value)
