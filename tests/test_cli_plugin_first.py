@@ -13,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from .conftest import REPO, SUPPORT, clean_env
 
 PLUGIN = SUPPORT / "plugins" / "fltest_two"
@@ -42,8 +40,7 @@ def _first_screen(text: str) -> list[str]:
     return text.splitlines()[:SCREEN_LINES]
 
 
-# The CPU pack's banner is printed by the pack itself (impls/), which does not go through these surfaces yet:
-# test_no_pack_banner_in_check says so, and fails loudly (strict xfail) once the pack prints it as a notice.
+# The CPU pack's one-line notices (reporting/notices.py): never in --list/--check (test_no_pack_banner_in_check).
 _BANNER = "fl_patch CPU pack: "
 
 
@@ -113,11 +110,6 @@ def test_check_confirms_the_plugins_registrations_within_the_first_screen() -> N
     _assert_fits(proc.stdout)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the CPU pack prints its banner itself (impls/cpu/cuda_on_cpu.py announce()); it is to call "
-    "fl_patch.reporting.notices.say_once_per_job, which --check silences",
-)
 def test_no_pack_banner_in_check() -> None:
     proc = _run("--check", "--only", "pack=none")
     assert _BANNER not in proc.stdout
@@ -150,6 +142,10 @@ def test_report_shows_the_plugins_rows_first_and_honours_only_and_all(tmp_path: 
     proc = _run("--report", program, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout
     report = proc.stdout[proc.stdout.index("fl_patch report (pid") :]
+    # The CUDA-on-CPU transfer's notice: one line that fits, said once in the run (never in --check, below).
+    assert [line for line in proc.stdout.splitlines() if line.startswith(_BANNER)] == [
+        "fl_patch CPU pack: no GPU here; CUDA calls run on the CPU (FL_PATCH_CUDA_ON_CPU=0 turns it off)"
+    ], proc.stdout
     screen = _first_screen(report)
     head = next(i for i, line in enumerate(screen) if line.startswith("yours, from fltest_two.registry"))
     rows = {screen[i].split()[-1]: screen[i].split() for i in range(head, len(screen))}
