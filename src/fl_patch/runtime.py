@@ -61,6 +61,7 @@ class Runtime:
         self.missing_registries: list[str] = []  # FL_PATCH_REGISTRY modules not found at install: again with megatron
         self.trigger: Any = None  # _startup's activation trigger in sys.meta_path
         self.import_hook: Any = None  # _startup's builtins.__import__ while armed
+        self.cuda_use: Any = None  # activation/cuda_use.py's CudaUseWatch: the transfer at a set_device before megatron
         self.launcher_cwd_entry: str | None = None  # the sys.path entry `python -m fl_patch` took off (host/cwd.py)
         self.bootstrap_ran = False  # _startup.activate() ran in this process
         self.child_watch: Any = None  # _children.ChildWatch, once launches are watched
