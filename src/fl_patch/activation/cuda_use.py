@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import Any
 
 from fl_patch.config.settings import Settings
-from fl_patch.runtime import RUNTIME
 
 __all__ = ["CudaUseWatch", "wanted"]
 
@@ -42,7 +41,7 @@ class CudaUseWatch:
     called or the packs load (``withdraw``: then the transfer, or torch, is what stands there)."""
 
     def __init__(self, install: Callable[[], object]) -> None:
-        self.install = install  # installs fl_patch with the cuda_on_cpu pack loaded (install_with_transfer)
+        self.install = install  # installs fl_patch with the cuda_on_cpu pack loaded (startup._install_with_transfer)
         self.finished = False  # placed, or no longer wanted: the import hook stops asking
         self._cuda: Any = None
         self._original: Callable[..., Any] | None = None
@@ -80,14 +79,3 @@ class CudaUseWatch:
             return cuda.set_device(device)
 
         return set_device
-
-
-def install_with_transfer() -> object:
-    """Install fl_patch now (the program is about to use CUDA on a machine without it) with the transfer's pack."""
-    from fl_patch.activation.install import load_pack_now
-    from fl_patch.activation.startup import install_now
-
-    if install_now("torch.cuda") is None:
-        return None
-    load_pack_now(PACK)
-    return RUNTIME.finder

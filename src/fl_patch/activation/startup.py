@@ -47,7 +47,7 @@ from fl_patch.config.settings import ENV, strict_requested
 from fl_patch.core.errors import FlPatchError, is_stop_request, warn
 from fl_patch.runtime import RUNTIME
 
-__all__ = ["activate", "armed", "install_now"]
+__all__ = ["activate", "armed"]
 
 
 class _ActivationTrigger:
@@ -378,7 +378,7 @@ def activate(bootstrap_dir: str) -> None:
         from fl_patch.activation import cuda_use
 
         if cuda_use.wanted(settings):
-            RUNTIME.cuda_use = cuda_use.CudaUseWatch(cuda_use.install_with_transfer)
+            RUNTIME.cuda_use = cuda_use.CudaUseWatch(_install_with_transfer)
             RUNTIME.cuda_use.after_import()  # torch.cuda may be loaded already (another sitecustomize)
         RUNTIME.trigger = _ActivationTrigger(roots, after_site=bool(settings.registry_modules))
         RUNTIME.import_hook = _ImportStatementHook(RUNTIME.trigger, builtins.__import__)
@@ -392,12 +392,19 @@ def activate(bootstrap_dir: str) -> None:
         _report(exc, "fl_patch could not arm itself in this process")
 
 
-def install_now(first: str | None = None) -> object | None:
-    """Install fl_patch now, as the first import of ``first`` would (``activation/cuda_use.py``)."""
+def _install_with_transfer() -> object | None:
+    """Install fl_patch now, with the CUDA-on-CPU transfer's pack: the program calls ``torch.cuda.set_device``
+    before megatron on a machine without CUDA (``activation/cuda_use.py``)."""
+    from fl_patch.activation.cuda_use import PACK
+    from fl_patch.activation.install import load_pack_now
+
     trigger = RUNTIME.trigger
     if trigger is not None:
-        trigger.armed = False
-    return _install(first)
+        trigger.armed = False  # installed from here on: no import installs again
+    finder = _install("torch.cuda")
+    if finder is not None:
+        load_pack_now(PACK)
+    return finder
 
 
 def _install(first: str | None = None) -> object | None:
