@@ -16,9 +16,12 @@ extracted with ``git archive`` into a temporary package ``old_packs`` and regist
 
 Run::
 
-    .venv/bin/python bench/drift_validation.py --venvs /work/venvs \\
-        --against 0.17.1=/work/src/megatron-lm-0.17.1 --against 0.18.2=/work/src/megatron-lm-0.18.2 \\
-        --against main=/work/src/megatron-lm-main [--old-rev c383c6c] [--json out.json]
+    .venv/bin/python bench/drift_validation.py [--venvs .cache/venvs] \\
+        --against 0.17.1=$MLM/core_v0.17.1 --against 0.18.2=$MLM/core_v0.18.2 \\
+        --against main=$MLM/main [--old-rev c383c6c] [--json out.json]
+
+(``$MLM``: a directory of Megatron-LM trees, as for ``bench/version_matrix.py``; the venvs are
+``scripts/version_venvs.sh``'s, in ``.cache/venvs`` of this checkout unless ``--venvs`` names others.)
 
 (``SOURCE`` may also be a version string: its wheel is fetched into the cache.)
 """
@@ -88,7 +91,7 @@ def compare(real: dict, static: dict) -> dict[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--venvs", default="/work/venvs")
+    p.add_argument("--venvs", default=str(REPO / ".cache" / "venvs"), help="directory of venvs named by version")
     p.add_argument("--against", action="append", required=True, help="VERSION=SOURCE (a tree, wheel or version)")
     p.add_argument("--old-rev", default="c383c6c")
     p.add_argument("--json")

@@ -20,7 +20,7 @@
 #              --fp8-recipe tensorwise, and --fp8-recipe mxfp8 (refused by name at build)
 # FP8_BUDGET_S (default 0: none) skips a stage that would not fit in what is left. Results in $OUT (8 files at most):
 # fp8_tests.txt, ops.json, e2e.json (every gems_gpt run merged), curves.json, pretrain.txt, and the caller's log.
-# Run as (wheels in .whl, see shared/device/README.md; docs/gpu_pack.md, "fp8 training", has the exact commands):
+# Run as (the wheels of flag-gems and liger-kernel in .whl; docs/gpu_pack.md, "fp8 training", has the exact commands):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
 #     && export PYTHONPATH=/tmp/site:$PWD/src:$PWD:$PYTHONPATH || exit
 #   set -o pipefail; OUT=$OUT bash bench/gpu_fp8.sh 2>&1 | tee $OUT/log.txt

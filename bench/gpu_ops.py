@@ -2,9 +2,9 @@
 
 ``python bench/gpu_ops.py --out ops.json --md ops.md`` (on the GPU machine; needs
 megatron-core, and flag_gems / liger_kernel where present). For each op at the
-shapes the ~1B GPT of ``shared/device/baseline.py`` uses (seq 2048, micro-batch 4,
+shapes the issue's ~1B baseline GPT uses (seq 2048, micro-batch 4,
 hidden 2048, 16 heads in 4 groups, head dim 128, FFN 5632, vocab 32000; RMSNorm also
-at baseline.py's [16384, 4096]), bf16, forward+backward is timed with
+at the baseline's [16384, 4096]), bf16, forward+backward is timed with
 ``triton.testing.do_bench`` (median) for every implementation that has the op:
 
 - ``torch``: what upstream megatron-core 0.19.2 runs in the local spec without
@@ -49,7 +49,7 @@ from fl_patch.impls.flaggems.kernels import graph_timed
 
 DEV = "cuda"
 BF16 = torch.bfloat16
-# The GPT's sizes (baseline.py): seq, micro-batch, hidden, query heads, kv heads, head dim, FFN, vocab.
+# The GPT's sizes (the issue's ~1B baseline): seq, micro-batch, hidden, query heads, kv heads, head dim, FFN, vocab.
 # ``--dry-run`` shrinks them and runs every code path once on a CPU (TRITON_INTERPRET=1).
 SEQ, MBS, HIDDEN, HQ, HKV, HEAD, FFN, VOCAB = 2048, 4, 2048, 16, 4, 128, 5632, 32000
 NORM_SHAPES = ((16384, 4096), (8192, 2048))

@@ -5,7 +5,7 @@
 # to $OUT (at most 8 files come back): log (the caller tees stdout there), tests.xml,
 # curves.json, ops.json, ops.md, e2e.json (every end-to-end run, merged),
 # profile_llama131_mbs1.txt, the warm runs' autotune store (autotune-<device>.json).
-# Run as (wheels carried in .whl, see shared/device/README.md):
+# Run as (the wheels of flag-gems and liger-kernel in .whl, from `pip download -d .whl flag-gems liger-kernel` on a machine with internet):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH || exit
 #   set -o pipefail; bash bench/gpu_session.sh 2>&1 | tee $OUT/log
@@ -49,7 +49,7 @@ for s in $STAGES; do
     ops)
       stage ops env FL_GEMS_CACHE_DIR=$WARM/gems timeout ${GEMS_OPS_TIMEOUT:-200} python3 bench/gpu_ops.py --out "$OUT/ops.json" --md "$OUT/ops.md" ${GEMS_OPS_ARGS:-}
       ;;
-    e2e)  # the 0.85B GPT (baseline.py's), upstream and the pack
+    e2e)  # the 0.85B GPT (the issue's ~1B baseline), upstream and the pack
       fits 60 e2e || continue
       stage e2e_upstream env FL_PATCH=0 timeout 60 "${gpt[@]}" --out "$E2E/gpt085_upstream.json"
       stage e2e_pack env "${warm[@]}" timeout 90 "${gpt[@]}" --out "$E2E/gpt085_pack.json"

@@ -5,7 +5,7 @@
 # parallelism (upstream's torch norms refuse it), then tokens/s of the 1.31B stand-in
 # (gems_gpt.py --preset llama131, micro-batch 2) the same three ways; a comparison of the curves last.
 # Results under $OUT (at most 8 files): log (tee it), tp2_curve_{upstream,pack,pack_sp}.json,
-# tp2_step_{upstream,pack,pack_sp}.json. Run as (wheels carried in .whl, shared/device/README.md):
+# tp2_step_{upstream,pack,pack_sp}.json. Run as (the wheels of flag-gems and liger-kernel in .whl, from `pip download -d .whl flag-gems liger-kernel`):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH || exit
 #   set -o pipefail; bash bench/gpu_tp2.sh 2>&1 | tee $OUT/log

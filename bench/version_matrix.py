@@ -19,12 +19,15 @@ this repo ``--no-deps -e``) it runs, each in a fresh process, with a time limit:
 
 Each cell is ``ok`` (with a figure) or the last line of the error. Run::
 
-    scripts/version_venvs.sh 0.17.1 0.18.2 0.19.2
-    MAIN_SRC=/work/src/megatron-lm-main scripts/version_venvs.sh main
-    .venv/bin/python bench/version_matrix.py --venvs /work/venvs --versions 0.17.1,0.18.2,0.19.2,main \\
-        --megatron-lm 0.17.1=/work/src/megatron-lm-0.17.1 --megatron-lm 0.18.2=/work/src/megatron-lm-0.18.2 \\
-        --megatron-lm 0.19.2=/work/src/megatron-lm-0.19.0 --megatron-lm main=/work/src/megatron-lm-main \\
-        [--distributed] [--json out.json]
+    scripts/version_venvs.sh 0.17.1 0.18.2 0.19.2                 # .cache/venvs/VERSION
+    MAIN_SRC=$MLM/main scripts/version_venvs.sh main
+    .venv/bin/python bench/version_matrix.py --versions 0.17.1,0.18.2,0.19.2,main \\
+        --megatron-lm 0.17.1=$MLM/core_v0.17.1 --megatron-lm 0.18.2=$MLM/core_v0.18.2 \\
+        --megatron-lm 0.19.2=$MLM/core_v0.19.0 --megatron-lm main=$MLM/main [--distributed] [--json out.json]
+
+``$MLM``: a directory of Megatron-LM trees, one per tag (``git archive`` of NVIDIA/Megatron-LM's tags
+and main); ``--venvs`` (default ``.cache/venvs`` in this checkout, where ``scripts/version_venvs.sh``
+builds them) names another directory of venvs.
 """
 
 from __future__ import annotations
@@ -281,7 +284,9 @@ def dp2_save_resume(python: str, tree: Path, work: Path, timeout: int) -> dict[s
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--venvs", default="/work/venvs", help="directory of venvs named by version")
+    p.add_argument(
+        "--venvs", default=str(REPO / ".cache" / "venvs"), help="directory of venvs named by version (.cache/venvs)"
+    )
     p.add_argument("--versions", default="0.17.1,0.18.2,0.19.2,main")
     p.add_argument("--megatron-lm", action="append", default=[], help="VERSION=DIR: that release's Megatron-LM tree")
     p.add_argument("--columns", default="check,demo,pretrain_cpu,pretrain_gpt")

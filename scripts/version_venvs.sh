@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds one venv per megatron-core version, outside the repo, for bench/version_matrix.py.
+# Builds one venv per megatron-core version, for bench/version_matrix.py and bench/drift_validation.py.
 #
 # Usage: scripts/version_venvs.sh [VERSION ...]      (default: 0.17.1 0.18.2 0.19.2)
 #        MAIN_SRC=/path/to/megatron-lm-tree scripts/version_venvs.sh main
-# Env:   VENVS (default /work/venvs), TORCH (default 2.13.0), PYTHON (default python3).
+# Env:   VENVS (default .cache/venvs in this checkout), TORCH (default 2.13.0), PYTHON (default python3).
 #
 # Each venv: torch (CPU wheel when no GPU), numpy, packaging>=24.2, megatron-core==VERSION with
 # --ignore-requires-python (megatron-core >= 0.17 declares Python >= 3.12, its code runs on 3.11),
@@ -13,7 +13,7 @@
 # Idempotent: a venv whose stamp matches the request is left alone.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-VENVS=${VENVS:-/work/venvs}
+VENVS=${VENVS:-$repo/.cache/venvs}
 PY=${PYTHON:-python3}
 TORCH=${TORCH:-2.13.0}
 versions=("$@")

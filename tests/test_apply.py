@@ -216,6 +216,36 @@ def test_whole_class_seed_pattern_isinstance_pickle_deepcopy(plugin):
     )
 
 
+def test_a_factory_class_impl_decides_what_is_built_with_its_own_new(plugin):
+    """WrappedTorchNorm's __new__ returns a torch norm, not an instance: an impl's own __new__ decides what
+    ``WrappedTorchNorm(...)`` builds, and reaches upstream's for the rest (examples/my_plugin/my_plugin/norm.py)."""
+    from megatron.core.transformer import TransformerConfig, torch_norm
+
+    upstream = torch_norm.WrappedTorchNorm
+
+    class MyRMSNorm(torch.nn.RMSNorm):
+        pass
+
+    class Factory(upstream):  # type: ignore[misc,valid-type]
+        def __new__(cls, config, hidden_size, eps=1e-5, persist_layer_norm=False, zero_centered_gamma=False,
+                    normalization="LayerNorm"):  # fmt: skip
+            if config.normalization == "RMSNorm":
+                return MyRMSNorm(hidden_size, eps=eps)
+            return upstream.__new__(
+                cls, config, hidden_size, eps, persist_layer_norm, zero_centered_gamma, normalization
+            )
+
+    rms = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1, normalization="RMSNorm")
+    layer = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1, normalization="LayerNorm")
+    fl_patch.register("megatron.core.transformer.torch_norm.WrappedTorchNorm", Factory)
+    fl_patch.install()
+    assert torch_norm.WrappedTorchNorm is upstream
+    assert type(torch_norm.WrappedTorchNorm(rms, 8)) is MyRMSNorm
+    assert type(torch_norm.WrappedTorchNorm(layer, 8)) is torch.nn.LayerNorm  # upstream's __new__, through the impl's
+    fl_patch.uninstall()
+    assert type(torch_norm.WrappedTorchNorm(rms, 8)) is torch.nn.RMSNorm
+
+
 def test_class_replacement_that_does_not_subclass_is_refused(plugin):
     from megatron.core import optimizer_param_scheduler
 

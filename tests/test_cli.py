@@ -297,15 +297,16 @@ def test_list_filters_suggest_and_stay_within_120_columns() -> None:
     total = int(every[1].splitlines()[-1].split()[0])
     kept = int(cpu[1].splitlines()[-1].split()[0])
     assert 0 < kept < total
-    assert all(
-        line.startswith("  * cpu  waiting  fl_patch.impls.cpu.")
-        for line in cpu[1].splitlines()[:-1]
-        if line.startswith("  ")
-    )
-    assert all("clip_grads" in line for line in clip[1].splitlines()[:-1] if not line.startswith("  "))
+    rows = [line for line in cpu[1].splitlines()[:-1] if line.startswith("  * ")]  # (not a wrapped rest)
+    assert rows and all(line.startswith("  * cpu  waiting  fl_patch.impls.") for line in rows)
+    head, *listed = clip[1].splitlines()[:-1]
+    assert head.startswith("pack cpu: ")  # each pack's rows under its heading
+    targets = [line for line in listed if not line.startswith(("  ", "pack "))]
+    assert targets and all("clip_grads" in line for line in targets)
     assert typo[0] == 2 and "no registration has vendor 'cpuu' (did you mean cpu?)" in typo[2]
     assert status_typo[0] == 2 and "(did you mean waiting?)" in status_typo[2]
-    assert {line.split()[0] for line in gems[1].splitlines()[:-1] if line.startswith("  ")} == {"flaggems"}
+    gem_rows = [line for line in gems[1].splitlines()[:-1] if line.startswith("  ") and not line.startswith(" " * 6)]
+    assert gem_rows and {line.lstrip(" *").split()[0] for line in gem_rows} == {"flaggems"}  # (not a wrapped rest)
     # A --disable key no registration has: one warning with the near miss.
     assert "names 'clip_grads.clip_grad_by_total_norm_fp3'" in every[2]
     assert "did you mean 'clip_grads.clip_grad_by_total_norm_fp32'" in every[2]
@@ -339,7 +340,9 @@ def test_a_registry_that_fails_is_one_warning_at_the_users_line_or_with_a_python
     missing = run([sys.executable, "-m", "fl_patch", "--registry", "my_registyr", *program], env=env)
     (line,) = [line for line in missing.stderr.splitlines() if "FlPatchWarning" in line]
     assert "registry module 'my_registyr' was not found" in line and "(did you mean my_registry?)" in line
-    assert "is its directory on PYTHONPATH?" in line and str(REPO / "src" / "fl_patch") not in missing.stderr
+    # Where it looked, and the fix (the same message --check gives: host/registry_lookup.py).
+    assert "nor in the directory the job started in" in line and "put that directory on PYTHONPATH" in line
+    assert str(REPO / "src" / "fl_patch") not in missing.stderr
 
 
 def test_a_flagscale_tree_says_once_that_it_was_loaded() -> None:

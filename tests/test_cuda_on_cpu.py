@@ -71,7 +71,8 @@ def test_cuda_script_on_one_rank_computes_what_the_cpu_version_computes(tmp_path
         assert record["scale"] == 65536.0  # GradScaler("cuda") is a working (CPU) scaler, not disabled
     # Said once, and only where the transfer is on.
     assert cuda_err.count(ANNOUNCEMENT) == 1, cuda_err[-3000:]
-    assert "FL_PATCH_CUDA_ON_CPU=0 or --no-cuda-on-cpu turns this off" in cuda_err
+    (said,) = [line for line in cuda_err.splitlines() if ANNOUNCEMENT in line]
+    assert said.endswith("(FL_PATCH_CUDA_ON_CPU=0 turns it off)") and len(said) <= 100, said  # one short line
     assert ANNOUNCEMENT not in cpu_err
 
 
@@ -272,3 +273,54 @@ def test_every_context_stand_in_can_be_entered_again_and_nested() -> None:
             with context:  # type: ignore[attr-defined]
                 with context:  # type: ignore[attr-defined]
                     pass
+
+
+# A CUDA script in the usual order: set_device(local_rank) and a CUDA tensor first, megatron after.
+SET_DEVICE_FIRST = """
+import os, torch
+local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+torch.cuda.set_device(local_rank)
+x = torch.ones(2, device="cuda")
+from megatron.core import parallel_state  # noqa: E402
+print("RANK-OK", local_rank, torch.cuda.current_device(), x.device.type, flush=True)
+"""
+
+
+def test_set_device_before_megatron_reaches_the_transfer(tmp_path: Path) -> None:
+    """activation/cuda_use.py: the first torch.cuda.set_device, before any megatron import, loads the transfer."""
+    script = tmp_path / "train.py"
+    script.write_text(SET_DEVICE_FIRST)
+    plain = subprocess.run([sys.executable, str(script)], env=_one_rank(), capture_output=True, text=True, timeout=240)
+    assert plain.returncode != 0 and "_cuda_setDevice" in plain.stderr  # what the issue saw, without fl_patch
+    one = _run([str(script)], _one_rank())
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert "RANK-OK 0 0 cpu" in one.stdout and one.stderr.count(ANNOUNCEMENT) == 1
+    # torchrun's workers, each with its local rank as its device; rank 0 says it once.
+    two = _run(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)], clean_env())
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert sorted(line for line in two.stdout.splitlines() if line.startswith("RANK-OK")) == [
+        "RANK-OK 0 0 cpu",
+        "RANK-OK 1 1 cpu",
+    ]
+    assert two.stderr.count(ANNOUNCEMENT) == 1
+    # Switched off, or its pack left out: torch as it is, so the line fails as without fl_patch.
+    for env in (_one_rank(**OFF), _one_rank(FL_PATCH_PACKS="cpu")):
+        off = _run([str(script)], env)
+        assert off.returncode != 0 and "_cuda_setDevice" in off.stderr and ANNOUNCEMENT not in off.stderr
+
+
+def test_the_set_device_stand_in_gives_way_to_the_transfer_and_uninstall_restores_torchs() -> None:
+    """Not called before megatron: the packs load and the transfer patches torch's own set_device, not the
+    stand-in; uninstall() then leaves torch's own (nothing of fl_patch behind)."""
+    code = (
+        "import torch, fl_patch\n"
+        "stand_in = torch.cuda.set_device\n"
+        "torchs = stand_in.__wrapped__\n"
+        "import megatron.core\n"
+        "transferred = torch.cuda.set_device\n"
+        "fl_patch.uninstall()\n"
+        "print('RESULT', stand_in is not torchs, transferred not in (stand_in, torchs), torch.cuda.set_device is torchs)\n"
+    )
+    proc = _run(["-c", code], _one_rank())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RESULT True True True" in proc.stdout, proc.stdout + proc.stderr[-3000:]

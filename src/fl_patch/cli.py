@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fnmatch
 import json
 import os
 import re
@@ -34,18 +33,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from fl_patch.config.options import COMMANDS, OPTIONS, Option
-from fl_patch.config.settings import ENV, pin_report_file, read_list, switch_value
+from fl_patch.config.settings import ENV, FILTER_KEYS, pin_report_file, read_list, switch_value
 from fl_patch.config.suggest import did_you_mean
-from fl_patch.config.vendors import KNOWN_VENDORS
 
 if TYPE_CHECKING:
-    from fl_patch.diagnostics.check import CheckReport, CheckResult, Listed
+    from fl_patch.diagnostics.check import Listed
 
 __all__ = ["main", "parse"]
 
-# The widest any output of this command gets (a terminal may be narrower: help wraps to it).
+# The widest the help gets (a terminal may be narrower: it wraps to it).
 MAX_WIDTH = 120
-FILTER_KEYS = ("vendor", "source", "status", "target")
 
 
 class UsageError(Exception):
@@ -59,7 +56,9 @@ class Options:
     command: str | None = None  # "list", "check", "help", "version", "print-pythonpath"
     json: bool = False
     in_process: bool = False
-    only: list[tuple[str, str]] = field(default_factory=list)  # --list/--check filters
+    only: list[tuple[str, str]] = field(default_factory=list)  # --list/--check/--report filters
+    all: bool = False  # --list/--check/--report: the packs' rows too
+    why: bool = False  # --list: each registration's PatchDoc
     against: list[str] = field(default_factory=list)  # --check --against: megatron-cores not installed
     offline: bool = False
     program: list[str] = field(default_factory=list)
@@ -194,6 +193,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             name = row.flags[-1][2:]
             commands.add_argument(*row.flags, dest="command", action="store_const", const=name)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--all", action="store_true")
+    parser.add_argument("--why", action="store_true")
     parser.add_argument("--only", action="append", type=_check_filter, default=[])
     parser.add_argument("--against", action="append", default=[])
     parser.add_argument("--offline", action="store_true")
@@ -206,6 +207,7 @@ def parse(argv: Sequence[str], prog: str | None = None) -> Options:
     words, switched = _switch_values(words)
     namespace = build_parser(prog or prog_name()).parse_args(words)
     options = Options(program=program, command=namespace.command, json=namespace.json, only=namespace.only)
+    options.all, options.why = namespace.all, namespace.why
     options.in_process = namespace.in_process
     options.against, options.offline = namespace.against, namespace.offline
     if (options.against or options.offline) and options.command != "check":
@@ -225,11 +227,27 @@ def parse(argv: Sequence[str], prog: str | None = None) -> Options:
         raise UsageError(f"--{options.command} takes no program")
     if options.command is not None and options.command not in ("list", "check") and options.program:
         raise UsageError(f"--{options.command} takes no program")
-    if (options.only or options.json) and options.command not in ("list", "check"):
-        raise UsageError(f"--{'only' if options.only else 'json'} goes with --list or --check")
+    if options.json and options.command not in ("list", "check"):
+        raise UsageError("--json goes with --list or --check")
+    if options.why and options.command != "list":
+        raise UsageError("--why goes with --list")
+    if (options.only or options.all) and options.command not in ("list", "check"):
+        _report_filters(options)
     if options.command is None and not options.program:
         raise UsageError("no program to run")
     return options
+
+
+def _report_filters(options: Options) -> None:
+    """``--report --all`` / ``--report --only K=V``: the program's report reads them from its environment."""
+    word = "--only" if options.only else "--all"
+    reporting = ENV.REPORT in options.env or ENV.REPORT_FILE in options.env or os.environ.get(ENV.REPORT)
+    if options.command is not None or not reporting:
+        raise UsageError(f"{word} goes with --list, --check or --report")
+    if options.all:
+        options.env[ENV.REPORT_ALL] = "1"
+    if options.only:
+        options.env[ENV.REPORT_ONLY] = ",".join(f"{key}={value}" for key, value in options.only)
 
 
 def _switch_values(words: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -340,13 +358,16 @@ def help_text(prog: str, width: int | None = None) -> str:
 
 
 # --------------------------------------------------------------------------------------- main
-def _put_cwd_entry_back() -> None:
-    """--list and --check import the user's registry modules here, as python -m would find them (the cwd first)."""
-    from fl_patch.runtime import RUNTIME
+def _record_start_dir() -> None:
+    """Where the job starts: a registry module not on ``sys.path`` is looked for there, by every process of it.
 
-    entry, RUNTIME.launcher_cwd_entry = RUNTIME.launcher_cwd_entry, None
-    if entry is not None:
-        sys.path.insert(0, entry)
+    ``--check`` and ``--list`` look there too, so what they find from a directory the run finds
+    from it (``host/registry_lookup.py``); kept when set already (a launcher inside a job: the job's).
+    """
+    try:
+        os.environ.setdefault(ENV.START_DIR, os.getcwd())
+    except OSError:
+        pass  # the working directory was deleted: nothing can be found there
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -364,6 +385,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if options.command in ("list", "check"):
             _apply_environment(options)  # activation reads the options, as the program's process would
+            from fl_patch.reporting.notices import silence
+
+            silence()  # the packs' notices: this output says what the packs do, one line each
         finish_site()
     if options.command == "help":
         sys.stdout.write(help_text(prog))
@@ -377,6 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(os.path.realpath(PACKAGE_BOOTSTRAP) + "\n")
         return 0
     _apply_environment(options)
+    _record_start_dir()
     if options.command is None and options.program[:1] == ["compare"]:
         from fl_patch.compare.run import main as compare_main  # the whole-run compare: two runs of the program
 
@@ -385,9 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fl_patch.diagnostics.drift import run as drift_run  # --check --against: static, imports no megatron
 
         return drift_run(options.against, as_json=options.json, offline=options.offline)
-    _warn_near_miss_vendors(options.env.get(ENV.PREFER, ""))
     if options.command in ("list", "check"):
-        _put_cwd_entry_back()
         with _stdout_for_json_only(options.json) as out:
             try:
                 if options.command == "list":
@@ -428,18 +451,6 @@ def version_text() -> str:
     return "\n".join(lines) + "\n"
 
 
-# Vendors fl_patch or FlagScale name by themselves; a --vendor close to one of these but not
-# one of them is most likely a typo (a plugin may bring any other name: only a warning).
-
-
-def _warn_near_miss_vendors(prefer: str) -> None:
-    for vendor in (v.strip() for v in prefer.split(",") if v.strip()):
-        if vendor not in KNOWN_VENDORS:
-            hint = did_you_mean(vendor, KNOWN_VENDORS, cutoff=0.75)
-            if hint:
-                sys.stderr.write(f"fl_patch: --vendor {vendor!r} is not a vendor fl_patch knows{hint}\n")
-
-
 @contextlib.contextmanager
 def _stdout_for_json_only(as_json: bool) -> Iterator[TextIO]:
     """The stream to write the answer to; with ``--json``, all else that writes to stdout goes to stderr.
@@ -467,27 +478,20 @@ def _stdout_for_json_only(as_json: bool) -> Iterator[TextIO]:
 
 
 # ------------------------------------------------------------------------------------ filters
-def _matches(pattern: str, value: str | None) -> bool:
-    value = value or ""
-    if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatchcase(value.lower(), pattern.lower())
-    return value.lower() == pattern.lower()
-
-
 def apply_filters(entries: list, only: list[tuple[str, str]], status_of: str = "status") -> list:
     """Entries of ``--list``/``--check`` that match every ``--only``; a value nothing has is a usage error.
 
-    vendor, source and status compare whole values (``*`` globs); target also matches a part of
-    the dotted path (``--only target=clip_grads``).
+    vendor, source, status and pack compare whole values (``*`` globs; ``pack=none``: the user's); target
+    also matches a part of the dotted path (``--only target=clip_grads``). The same rule filters the
+    exit report (``reporting/layout.matches``).
     """
+    from fl_patch.reporting.layout import matches
+
     for key, wanted in only:
         attribute = status_of if key == "status" else key
         present = sorted({str(getattr(e, attribute)) for e in entries})
-        if key == "target" and not any(c in wanted for c in "*?["):
-            kept = [e for e in entries if wanted.lower() in e.target.lower()]
-        else:
-            kept = [e for e in entries if _matches(wanted, str(getattr(e, attribute)))]
-        if not kept and entries:
+        kept = [e for e in entries if matches(key, wanted, str(getattr(e, attribute)))]
+        if not kept and entries and not (key == "pack" and wanted.lower() == "none"):  # none of yours: an answer
             hint = did_you_mean(wanted, present) if key != "target" else ""
             shown = ", ".join(present) if len(present) <= 12 else ", ".join(present[:12]) + ", ..."
             raise UsageError(f"no registration has {key} {wanted!r}{hint}; here: {shown}")
@@ -498,114 +502,28 @@ def apply_filters(entries: list, only: list[tuple[str, str]], status_of: str = "
 # --------------------------------------------------------------------------------------- list
 def _list(options: Options, out: TextIO) -> int:
     from fl_patch.diagnostics.check import list_registrations
+    from fl_patch.diagnostics.text import listing
+    from fl_patch.reporting.layout import terminal_width
 
-    listed = list_registrations()
-    listed = apply_filters(listed, options.only)
+    listed: list[Listed] = apply_filters(list_registrations(), options.only)
     if options.json:
         out.write(json.dumps({"registrations": [entry.as_dict() for entry in listed]}, indent=2) + "\n")
         return 0
-    out.write(_listing(listed))
+    full = options.all or bool(options.only)
+    out.write(listing(listed, full=full, why=options.why, width=terminal_width()))
     return 0
-
-
-def _clip(line: str, width: int = MAX_WIDTH) -> str:
-    return line if len(line) <= width else line[: width - 3] + "..."
-
-
-def _listing(listed: list[Listed]) -> str:
-    """Each target on a line of its own, then one indented line per vendor registered for it.
-
-    Targets and impls are long dotted paths: one row per registration with every field
-    made lines of 300 columns. ``*`` marks the vendor that runs (or would run) here. An impl
-    in the target's own package is shown from the first name that differs.
-    """
-    vendor_width = max((len(e.vendor) for e in listed), default=0)
-    status_width = max((len(e.status) for e in listed), default=0)
-    lines: list[str] = []
-    previous = None
-    for e in listed:
-        if e.target != previous:
-            lines.append(e.target)
-            previous = e.target
-        mark = "*" if e.vendor == e.chosen_vendor else " "
-        source = "" if e.source.startswith("fl_patch.impls.") else f"  (from {e.source})"  # a pack's is its impl's
-        gate = f"  [requires {e.requires}]" if e.requires else ""  # a version gate (register(requires=))
-        lines.append(_clip(f"  {mark} {e.vendor:<{vendor_width}}  {e.status:<{status_width}}  {e.impl}{source}{gate}"))
-    targets = len({e.target for e in listed})
-    lines.append(f"{len(listed)} registration(s) for {targets} target(s); * marks the vendor chosen on this machine")
-    return "\n".join(lines) + "\n"
 
 
 # -------------------------------------------------------------------------------------- check
 def _check(options: Options, out: TextIO) -> int:
     from fl_patch.diagnostics.check import check
+    from fl_patch.diagnostics.text import check_text
+    from fl_patch.reporting.layout import terminal_width
 
     report = check()
     report.results = apply_filters(report.results, options.only, status_of="level")
     if options.json:
         out.write(json.dumps(report.as_dict(), indent=2) + "\n")
         return 1 if report.failed else 0
-    out.write(check_text(report, every_row=bool(options.only)))
+    out.write(check_text(report, full=options.all or bool(options.only), width=terminal_width()))
     return 1 if report.failed else 0
-
-
-def check_text(report: CheckReport, *, every_row: bool = False) -> str:
-    """``--check`` as text: a head line, the registrations with a finding, causes shared by many, a summary.
-
-    Rows that are ok are counted, not listed, unless ``every_row`` (``--only`` was given: the
-    rows asked for). A cause shared by many registrations (megatron-core not installed: every
-    megatron target and every impl that imports megatron) is said once, with the count and the
-    first few targets, not once per row.
-    """
-    lines = [f"megatron-core {report.megatron_core or 'not installed'}; vendors here: {', '.join(report.vendors)}"]
-    notes_of = {id(r): _notes(r) for r in report.results}
-    count: dict[str, list[CheckResult]] = {}
-    for r in report.results:
-        for note in dict.fromkeys(notes_of[id(r)]):
-            count.setdefault(note, []).append(r)
-    shared = {note for note, rs in count.items() if len(rs) >= 3}
-    shown = [r for r in report.results if every_row or any(note not in shared for note in notes_of[id(r)])]
-    level_width = max((len(r.level) for r in shown), default=0)
-    vendor_width = max((len(r.vendor) for r in shown), default=0)
-    previous = None
-    for r in shown:
-        if r.target != previous:
-            lines.append(_clip(r.target))
-            previous = r.target
-        mark = "*" if r.vendor == r.chosen_vendor else " "
-        found = "target found" if r.target_found else "TARGET MISSING"
-        loads = "impl loads" if r.impl_loaded else ("impl skipped" if r.skipped else "IMPL FAILS")
-        row = f"  {mark} {r.vendor:<{vendor_width}}  {r.level:<{level_width}}  {r.kind or '-'}, {found}, {loads}"
-        lines.append(_clip(f"{row}, signature {r.signature}"))
-        lines.append(_clip(f"      impl {r.impl}"))
-        lines += [_clip(f"      {note}") for note in notes_of[id(r)] if note not in shared]
-    for note in sorted(shared, key=lambda n: -len(count[n])):
-        targets = sorted({r.target for r in count[note]})
-        lines += [
-            "",
-            _clip(note),
-            _clip(f"  (the same for {len(count[note])} registrations: {', '.join(targets[:3])}, ...)"),
-        ]
-    for problem in report.source_problems:
-        lines += ["", f"error: {problem}"]
-    for message in report.messages:
-        lines += ["", f"warning: {message}"]
-    if report.activation is not None:
-        state = "ok" if report.activation.get("ok") else "error"
-        lines += ["", f"activation: {state}: {report.activation.get('detail')}"]
-    errors = sum(r.level == "error" for r in report.results) + len(report.source_problems)
-    ok = sum(r.level == "ok" and not notes_of[id(r)] for r in report.results)
-    listed = "" if every_row else f"; {ok} ok, not listed (--only status=ok)"
-    lines += [
-        "",
-        f"{len(report.results)} registration(s) checked: {errors} error(s){listed}; * = the vendor chosen here",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _notes(r: CheckResult) -> list[str]:
-    notes = [f"{f.level}: {f.message}" for f in r.findings] + ([f"skipped: {r.skipped}"] if r.skipped else [])
-    gate = r.not_for_version
-    if gate and gate.endswith("(megatron-core not installed)"):
-        gate = "not for this version: megatron-core is not installed, so no version gate holds"  # one cause, said once
-    return notes + ([gate] if gate else [])

@@ -61,6 +61,7 @@ class Runtime:
         self.missing_registries: list[str] = []  # FL_PATCH_REGISTRY modules not found at install: again with megatron
         self.trigger: Any = None  # _startup's activation trigger in sys.meta_path
         self.import_hook: Any = None  # _startup's builtins.__import__ while armed
+        self.cuda_use: Any = None  # activation/cuda_use.py's CudaUseWatch: the transfer at a set_device before megatron
         self.launcher_cwd_entry: str | None = None  # the sys.path entry `python -m fl_patch` took off (host/cwd.py)
         self.bootstrap_ran = False  # _startup.activate() ran in this process
         self.child_watch: Any = None  # _children.ChildWatch, once launches are watched
@@ -93,11 +94,13 @@ class Runtime:
     @property
     def problems(self) -> ProblemSink:
         if self._problems is None:
-            from fl_patch.core.errors import ProblemSink  # before the lock: never import while holding it
+            # Before the lock: never import while holding it. A core ProblemSink that adds the user's failing
+            # line to what it reports while an exception is handled (an impl that raised as it imported).
+            from fl_patch.core.located import LocatedProblemSink
 
             with self.lock:
                 if self._problems is None:
-                    self._problems = ProblemSink()
+                    self._problems = LocatedProblemSink()
         return self._problems
 
     @property

@@ -32,10 +32,12 @@ import importlib.machinery
 import os
 import types
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from fl_patch.config.settings import ENV
 from fl_patch.core.errors import is_stop_request
+from fl_patch.core.located import users_line
+from fl_patch.host import registry_lookup as _lookup
 
 ENV_LOADING = ENV.LOADING
 
@@ -83,83 +85,69 @@ def import_source(
 ) -> types.ModuleType | None:
     """Import a registry module (``pkg.mod``), or import one and call its function (``pkg.mod:function``).
 
-    ``missing_ok``: a module that does not exist here raises ``_Missing`` instead of being a problem.
+    Looked for on ``sys.path``, then in the directory the job started in (``host/registry_lookup.py``: the
+    same rule for ``--check``, ``--list`` and every process of a run). ``missing_ok``: a module that
+    exists in neither raises ``_Missing`` instead of being a problem.
     """
     module_name, _, function = module_name.partition(":")
-    try:
-        with registry.atomically(yield_to_existing=yield_to_existing), loading():
-            module = importlib.import_module(module_name)
-            if function:
-                getattr(module, function)()
+    looked_in_start_dir = False
+    while True:
+        dropped: list[str] = []
+        try:
+            with registry.atomically(yield_to_existing=yield_to_existing), loading():
+                try:
+                    module = importlib.import_module(module_name)
+                    if function:
+                        getattr(module, function)()
+                except BaseException:
+                    dropped = _pending_targets(registry)  # what the failure throws away with the module
+                    raise
+            _lookup.serve_impl_roots(module_name, (r.impl_name for r in registry.registrations()))
             return module
-    except BaseException as exc:  # (a broken registry, even one that calls sys.exit, must not end the run)
-        if is_stop_request(exc):
-            raise  # Ctrl-C, or the program's signal handler landing here: the program's, obeyed
-        if missing_ok and _is_itself_missing(exc, module_name):
-            raise _Missing(module_name) from None
-        if _is_itself_missing(exc, module_name):
-            # Nothing of the user's ran: no line of theirs to point at; say where Python looked.
-            problems.problem(
-                f"fl_patch: {what} {module_name!r} was not found: {exc}{_near_miss(module_name)}; "
-                "is its directory on PYTHONPATH? (--registry and FL_PATCH_REGISTRY name a module, "
-                "imported from sys.path, not a file)",
-                where=(f"<{what} {module_name}>", 0),
-            )
-        else:
-            problems.problem(
-                f"fl_patch: {what} {module_name!r} failed to import: {type(exc).__name__}: {exc}",
-                where=_users_line(exc),
-            )
-        return None
+        except BaseException as exc:  # (a broken registry, even one that calls sys.exit, must not end the run)
+            if is_stop_request(exc):
+                raise  # Ctrl-C, or the program's signal handler landing here: the program's, obeyed
+            itself_missing = _is_itself_missing(exc, module_name)
+            if itself_missing and not looked_in_start_dir and _lookup.serve_from_start_dir(module_name):
+                looked_in_start_dir = True
+                continue  # found in the directory the job started in: import it from there
+            if missing_ok and itself_missing:
+                raise _Missing(module_name) from None
+            if itself_missing:
+                # Nothing of the user's ran: no line of theirs to point at; the setting that named it.
+                missing = getattr(exc, "name", None) or module_name
+                problems.problem(
+                    _lookup.not_found_message(what, module_name, missing), where=(f"<{what} {module_name}>", 0)
+                )
+            else:
+                problems.problem(
+                    f"fl_patch: {what} {module_name!r} failed to import: {type(exc).__name__}: {exc}"
+                    + _dropped_note(dropped),
+                    where=users_line(exc),
+                )
+            return None
+
+
+def _pending_targets(registry: Registry) -> list[str]:
+    """The targets registered so far inside the ``atomically`` block this thread is in (dropped if it fails)."""
+    return [r.target for r in registry.pending()]
+
+
+def _dropped_note(targets: list[str]) -> str:
+    """What a registry that failed half-way loses: its earlier registrations, which would otherwise go without a word."""
+    if not targets:
+        return ""
+    shown = ", ".join(targets[:3]) + (", ..." if len(targets) > 3 else "")
+    return (
+        f"; its {len(targets)} registration(s) made before that line ({shown}) are dropped too "
+        "(a registry module loads whole or not at all); fix the line and every one of them applies"
+    )
 
 
 def _is_itself_missing(exc: BaseException, module_name: str) -> bool:
     """The registry module (or a package above it) does not exist, as opposed to failing inside."""
     name = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
     return bool(name) and (module_name == name or module_name.startswith(f"{name}."))
-
-
-def _near_miss(module_name: str) -> str:
-    """A top-level module on sys.path whose name is close to the missing one (only looked for on failure)."""
-    import pkgutil
-    import sys
-
-    from fl_patch.config.suggest import did_you_mean
-
-    top = module_name.split(".", maxsplit=1)[0]
-    if top in sys.modules:
-        return ""
-    try:
-        names = {m.name for m in pkgutil.iter_modules()}
-    except Exception:  # noqa: BLE001  (an unreadable sys.path entry: no suggestion, the warning stands)
-        return ""
-    return did_you_mean(top, names, cutoff=0.8)
-
-
-def _users_line(exc: BaseException) -> tuple[str, int] | None:
-    """(file, line) of the innermost frame outside importlib and fl_patch: the user's line that failed."""
-    import os
-
-    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
-        return exc.filename, exc.lineno  # the line that does not parse, which no frame runs
-    # (both are packages loaded from files: __file__ is set)
-    skipped = tuple(
-        os.path.dirname(os.path.abspath(cast(str, m.__file__))) + os.sep for m in (importlib, _fl_patch_package())
-    )
-    found = None
-    tb = exc.__traceback__
-    while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if not filename.startswith("<frozen") and not os.path.abspath(filename).startswith(skipped):
-            found = (filename, tb.tb_lineno)
-        tb = tb.tb_next
-    return found
-
-
-def _fl_patch_package() -> types.ModuleType:
-    import sys
-
-    return sys.modules[__name__.partition(".")[0]]  # the whole fl_patch package: none of its frames is the user's
 
 
 def load_packs(names: tuple[str, ...] | None, registry: Registry, problems: ProblemSink) -> list[str]:

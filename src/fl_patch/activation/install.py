@@ -41,7 +41,7 @@ from fl_patch.host.gpu_only import GpuOnlyFinder
 from fl_patch.host.gpu_only import release as gpu_only_release
 from fl_patch.runtime import RUNTIME
 
-__all__ = ["current_finder", "install", "is_installed", "load_sources", "uninstall"]
+__all__ = ["current_finder", "install", "is_installed", "load_pack_now", "load_sources", "uninstall"]
 
 
 def _load_deferred_sources() -> None:
@@ -57,6 +57,7 @@ def _load_deferred_sources() -> None:
         if not _packs_named(settings):
             # Every shipped pack (nobody named one): only now that megatron itself loads, and first,
             # so that their torch targets are in place before megatron's own modules run.
+            _withdraw_cuda_use()
             _sources.load_packs(None, RUNTIME.registry, RUNTIME.problems)
         if settings.entry_points:
             _sources.load_entry_points(RUNTIME.registry, RUNTIME.problems, done=RUNTIME.entry_points_loaded)
@@ -81,9 +82,11 @@ def _check_preferred_near_misses(settings: Settings) -> None:
         meant = None if vendor in known else closest(vendor, sorted(known))
         if meant is not None:
             RUNTIME.vendor_typos.add(vendor)
+            # Pointed at the setting, not at this line: the user's mistake is there (--vendor sets it too).
             RUNTIME.problems.problem(
-                f"fl_patch: MG_FL_PREFER names vendor {vendor!r}: did you mean {meant!r}? "
-                f"(no vendor {vendor!r} is known; it is ignored)"
+                f"fl_patch: MG_FL_PREFER (--vendor) names vendor {vendor!r}, which no registration or platform has: "
+                f"did you mean {meant!r}? ({vendor!r} is ignored)",
+                where=(f"<MG_FL_PREFER={','.join(settings.prefer)}>", 0),
             )
 
 
@@ -170,6 +173,7 @@ def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
     for message in malformed_values():  # a registry or vendor name that cannot be one: said, not dropped silently
         RUNTIME.problems.problem(message)
     if _packs_named(settings):  # what the user asked for, now
+        _withdraw_cuda_use()
         _sources.load_packs(settings.packs, RUNTIME.registry, RUNTIME.problems)
     if registries:
         # A registry module this process cannot find is the job's problem only in the program the
@@ -182,6 +186,21 @@ def _load_eager_sources(settings: Settings, *, registries: bool) -> None:
     _check_preferred_near_misses(settings)
     RUNTIME.engine.defer(_load_deferred_sources)
     RUNTIME.sources_loaded = True
+
+
+def _withdraw_cuda_use() -> None:
+    """The packs load: torch's own ``set_device`` back in place of the stand-in that would load the transfer early
+    (``activation/cuda_use.py``), so that the transfer patches torch's, not the stand-in."""
+    if RUNTIME.cuda_use is not None:
+        RUNTIME.cuda_use.withdraw()
+
+
+def load_pack_now(name: str) -> None:
+    """Load one shipped pack now and apply it to the modules already loaded (the transfer at a CUDA call before
+    megatron, ``activation/cuda_use.py``). Its registrations, loaded again with the other packs, yield to these."""
+    with plugin_window():
+        _sources.load_packs((name,), RUNTIME.registry, RUNTIME.problems)
+    RUNTIME.engine.apply_loaded_modules()
 
 
 def _packs_named(settings: Settings) -> bool:
@@ -265,6 +284,7 @@ def uninstall() -> bool:
 
 
 def _uninstall(*, disarm_strict: bool) -> bool:
+    _withdraw_cuda_use()  # torch's own set_device back, if the stand-in is still there
     engine = RUNTIME.engine
     with RUNTIME.lock:
         if not engine.installed:

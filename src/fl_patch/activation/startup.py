@@ -125,9 +125,19 @@ class _ImportStatementHook:
                 if is_stop_request(exc):
                     trigger.armed = True
                 raise
-        return self.previous(name, globals, locals, fromlist, level)
+        module = self.previous(name, globals, locals, fromlist, level)
+        watch = RUNTIME.cuda_use
+        if watch is not None and not watch.finished:
+            watch.after_import()  # torch.cuda loaded: its set_device brings the transfer (activation/cuda_use.py)
+            if watch.finished and not trigger.armed:
+                self.withdraw()
+        return module
 
     def withdraw(self) -> None:
+        """Out of ``builtins.__import__``, unless the CUDA-use watch still waits for ``torch.cuda`` to load."""
+        watch = RUNTIME.cuda_use
+        if watch is not None and not watch.finished:
+            return  # (it withdraws once the watch has placed its stand-in: __call__)
         if builtins.__import__ is self:
             builtins.__import__ = self.previous
 
@@ -365,6 +375,11 @@ def activate(bootstrap_dir: str) -> None:
         if any(name.partition(".")[0] in roots for name in list(sys.modules)):
             _install()  # a trigger package is loaded already (by another sitecustomize, say)
             return
+        from fl_patch.activation import cuda_use
+
+        if cuda_use.wanted(settings):
+            RUNTIME.cuda_use = cuda_use.CudaUseWatch(_install_with_transfer)
+            RUNTIME.cuda_use.after_import()  # torch.cuda may be loaded already (another sitecustomize)
         RUNTIME.trigger = _ActivationTrigger(roots, after_site=bool(settings.registry_modules))
         RUNTIME.import_hook = _ImportStatementHook(RUNTIME.trigger, builtins.__import__)
         builtins.__import__ = RUNTIME.import_hook
@@ -375,6 +390,21 @@ def activate(bootstrap_dir: str) -> None:
         if is_stop_request(exc):
             raise
         _report(exc, "fl_patch could not arm itself in this process")
+
+
+def _install_with_transfer() -> object | None:
+    """Install fl_patch now, with the CUDA-on-CPU transfer's pack: the program calls ``torch.cuda.set_device``
+    before megatron on a machine without CUDA (``activation/cuda_use.py``)."""
+    from fl_patch.activation.cuda_use import PACK
+    from fl_patch.activation.install import load_pack_now
+
+    trigger = RUNTIME.trigger
+    if trigger is not None:
+        trigger.armed = False  # installed from here on: no import installs again
+    finder = _install("torch.cuda")
+    if finder is not None:
+        load_pack_now(PACK)
+    return finder
 
 
 def _install(first: str | None = None) -> object | None:

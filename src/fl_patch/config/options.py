@@ -110,6 +110,19 @@ OPTIONS: tuple[Option, ...] = (
         metavar="PATH",
     ),
     Option(
+        (),
+        "env",
+        "set by --report --all: the exit report lists the shipped packs' rows too, not one line per pack",
+        variable=ENV.REPORT_ALL,
+        value="1",
+    ),
+    Option(
+        (),
+        "env",
+        "set by --report --only KEY=VALUE: the exit report's rows that match (comma-separated KEY=VALUE)",
+        variable=ENV.REPORT_ONLY,
+    ),
+    Option(
         ("--compare",),
         "optional",
         f"the first N calls (default {DEFAULT_COMPARE_CALLS}) of each patch also run upstream's original on copies of "
@@ -171,6 +184,20 @@ OPTIONS: tuple[Option, ...] = (
     Option((), "env", "fl_patch does nothing at all (also 0, false, no, off)", variable=ENV.ENABLED, value="0"),
     Option((), "env", "set by the launcher: the bootstrap directory it put on PYTHONPATH", variable=ENV.BOOTSTRAP),
     Option((), "env", "set by the launcher: the pid of the program it runs", variable=ENV.LAUNCHED),
+    Option(
+        (),
+        "env",
+        "set by fl_patch: the packs' one-line notices said in this job, which its other processes do not repeat"
+        " (* : none; --list, --check and fl_patch.testing set it)",
+        variable=ENV.SAID,
+    ),
+    Option(
+        (),
+        "env",
+        "set by the launcher: the directory it was started in, where a registry module that is not on sys.path "
+        "is looked for (every process of the job looks in the same place)",
+        variable=ENV.START_DIR,
+    ),
     Option((), "env", "set while registries load: children started then do not load them", variable=ENV.LOADING),
     Option(
         (),
@@ -196,13 +223,21 @@ OPTIONS: tuple[Option, ...] = (
 COMMANDS: tuple[Option, ...] = (
     Option(("--list",), "command", "every registration and the vendor chosen here (imports no megatron module)"),
     Option(("--check",), "command", "does every impl fit the installed Megatron? exit status 1 if not"),
-    Option(("--json",), "local", "--list / --check output as JSON"),
+    Option(("--json",), "local", "--list / --check output as JSON (every row: the packs' too)"),
+    Option(
+        ("--all",),
+        "local",
+        "--list / --check / --report: the shipped packs' rows too (by default: your registrations, and one line"
+        " per pack)",
+    ),
     Option(
         ("--only",),
         "local",
-        "--list / --check: keep vendor=, source=, status= or target= matches (repeatable; * globs)",
+        "--list / --check / --report: keep vendor=, source=, status=, target= or pack= matches (repeatable;"
+        " * globs; pack=none: yours)",
         metavar="KEY=VALUE",
     ),
+    Option(("--why",), "local", "--list: each registration's PatchDoc (why, how, upstream, when to remove)"),
     Option(
         ("--against",),
         "local",

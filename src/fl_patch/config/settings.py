@@ -16,6 +16,7 @@ from fl_patch.config.suggest import closest
 __all__ = [
     "DEFAULT_COMPARE_CALLS",
     "ENV",
+    "FILTER_KEYS",
     "Settings",
     "compare_calls",
     "enabled",
@@ -23,6 +24,7 @@ __all__ = [
     "misspelled_names",
     "pin_report_file",
     "read_list",
+    "report_filters",
     "strict_requested",
     "switch_value",
     "unrecognised_values",
@@ -40,6 +42,8 @@ class ENV:
     PREFER = "MG_FL_PREFER"  # vendor priority list, FlagScale's variable
     REPORT = "FL_PATCH_REPORT"  # "1": print a report at exit (counts calls)
     REPORT_FILE = "FL_PATCH_REPORT_FILE"  # a path: append the exit report there as JSON (implies REPORT)
+    REPORT_ALL = "FL_PATCH_REPORT_ALL"  # "1": the report lists the packs' rows too (--report --all)
+    REPORT_ONLY = "FL_PATCH_REPORT_ONLY"  # KEY=VALUE[,KEY=VALUE]: the report's rows that match (--report --only)
     CHILDREN = "FL_PATCH_CHILDREN"  # "0": do not watch for child processes fl_patch cannot reach
     BOOTSTRAP = "FL_PATCH_BOOTSTRAP"  # set by the launcher: the bootstrap dir it put on PYTHONPATH
     ENTRY_POINTS = "FL_PATCH_ENTRY_POINTS"  # "0": ignore installed entry points
@@ -48,6 +52,8 @@ class ENV:
     TRACEBACK = "FL_PATCH_TRACEBACK"  # "1": strict errors are shown with their traceback
     CUDA_ON_CPU = "FL_PATCH_CUDA_ON_CPU"  # "0": no CUDA-on-CPU transfer where there is no GPU (the cuda_on_cpu pack)
     LAUNCHED = "FL_PATCH_LAUNCHED"  # set by the launcher: the pid of the program it runs (exec keeps the pid)
+    SAID = "FL_PATCH_SAID"  # the packs' notices said in this job (children do not repeat them); "*": none
+    START_DIR = "FL_PATCH_START_DIR"  # set by the launcher: its cwd, where registry modules are looked for last
     LOADING = "FL_PATCH_LOADING"  # set while a process loads registries: the children it starts meanwhile skip them
     COMPARE = "FL_PATCH_COMPARE"  # N: the first N calls of each patch also run upstream's original, compared
     COMPARE_JSON = "FL_PATCH_COMPARE_JSON"  # a path: append the compare records there as JSON lines (implies COMPARE)
@@ -66,7 +72,11 @@ _SWITCHES = (
     ENV.FLAGSCALE,
     ENV.TRACEBACK,
     ENV.CUDA_ON_CPU,
+    ENV.REPORT_ALL,
 )
+
+# What ``--only KEY=VALUE`` (``--list``, ``--check``, ``--report``) may filter on.
+FILTER_KEYS = ("vendor", "source", "status", "target", "pack")
 
 
 # Every variable fl_patch reads: a name in the environment one or two typing slips away
@@ -167,7 +177,22 @@ def _vendor_item(item: str) -> str:
     return name
 
 
+def _filter_item(item: str) -> str:
+    key, eq, value = item.partition("=")
+    if not eq or key.strip().lower() not in FILTER_KEYS or not value.strip():
+        raise ValueError(f"not KEY=VALUE with KEY one of {', '.join(FILTER_KEYS)}")
+    return f"{key.strip().lower()}={value.strip()}"
+
+
+def report_filters(environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
+    """``FL_PATCH_REPORT_ONLY`` as (key, value) pairs (malformed items are left out: ``malformed_values`` says so)."""
+    env = os.environ if environ is None else environ
+    items = read_list(ENV.REPORT_ONLY, env.get(ENV.REPORT_ONLY, ""))[0]
+    return tuple((key, value) for key, _, value in (item.partition("=") for item in items))
+
+
 _ITEM_FORMS = {
+    ENV.REPORT_ONLY: _filter_item,
     ENV.REGISTRY: _registry_item,
     ENV.TRIGGERS: _dotted,
     ENV.PREFER: _vendor_item,
@@ -301,8 +326,10 @@ class Settings:
         "rank_check",
         "rank_check_timeout",
         "registry_modules",
+        "report_all",
         "report_at_exit",
         "report_file",
+        "report_only",
         "strict",
         "triggers",
         "watch_children",
@@ -319,6 +346,8 @@ class Settings:
         prefer: tuple[str, ...] = (),
         report_at_exit: bool = False,
         report_file: str | None = None,
+        report_all: bool = False,
+        report_only: tuple[tuple[str, str], ...] = (),
         watch_children: bool = True,
         entry_points: bool = True,
         flagscale_tree: bool = True,
@@ -338,6 +367,8 @@ class Settings:
         self.prefer = prefer
         self.report_at_exit = report_at_exit
         self.report_file = report_file
+        self.report_all = report_all  # the report lists the packs' rows too (reporting/layout.py)
+        self.report_only = report_only  # the report's rows that match every (key, value), as --only
         self.watch_children = watch_children
         self.entry_points = entry_points
         self.flagscale_tree = flagscale_tree
@@ -373,6 +404,8 @@ class Settings:
             prefer=_csv(env, ENV.PREFER),
             report_at_exit=_flag(env, ENV.REPORT, False) or bool(env.get(ENV.REPORT_FILE, "").strip()),
             report_file=env.get(ENV.REPORT_FILE, "").strip() or None,
+            report_all=_flag(env, ENV.REPORT_ALL, False),
+            report_only=report_filters(env),
             watch_children=_flag(env, ENV.CHILDREN, True),
             entry_points=_flag(env, ENV.ENTRY_POINTS, True),
             flagscale_tree=_flag(env, ENV.FLAGSCALE, True),

@@ -134,6 +134,10 @@ class Registry:
         else:
             self._commit(pending, yield_to_existing=yield_to_existing)
 
+    def pending(self) -> list[Registration]:
+        """The registrations made so far inside this thread's ``atomically`` block (what a failure there drops)."""
+        return list(getattr(self._held, "pending", None) or ())
+
     def _index(self, target: Target) -> None:
         node = self._root
         for segment in target.parts:

@@ -44,12 +44,14 @@ from fl_patch.config.settings import ENV
 from fl_patch.core.errors import FlPatchWarning
 from fl_patch.core.kinds import fits as _fits
 from fl_patch.core.kinds import prefixed, read_signature
+from fl_patch.core.located import users_line
 from fl_patch.core.missing import locate, mock_stand_in, names_lacking, unusable, upstream_mock, upstream_none
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.registration import Registration
 from fl_patch.core.resolve import Kind, Resolved, load_impl, owned_path
 from fl_patch.core.signatures import Finding, compare_signatures
 from fl_patch.diagnostics.forwarding import forwarding_findings
+from fl_patch.reporting.layout import NOT_IN_A_PACK, owner_of
 from fl_patch.runtime import RUNTIME
 
 __all__ = ["CheckReport", "CheckResult", "Listed", "check", "list_registrations"]
@@ -86,6 +88,9 @@ class Listed:
     detail: str
     source: str
     requires: str | None = None  # the version gate
+    pack: str = NOT_IN_A_PACK  # the shipped pack it belongs to, or "none": the user's (reporting/layout.py)
+    where: str | None = None  # file:line of its register() call
+    doc: dict[str, str] | None = None  # its PatchDoc (why, how, upstream, remove_when), if it has one
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -100,8 +105,10 @@ def list_registrations() -> list[Listed]:
     vendors: dict[str, list[str]] = {}
     for record in records:
         vendors.setdefault(record.target, []).append(record.vendor)
+    registrations = {(r.target, r.vendor): r for r in RUNTIME.registry.registrations()}
     listed = []
     for record in sorted(records, key=lambda r: (r.target, r.vendor != r.chosen_vendor, r.vendor)):
+        registration = registrations.get((record.target, record.vendor))
         detail = record.detail
         if record.status is Status.WAITING and not RUNTIME.installed:
             detail = "applies when its module is imported" if record.vendor == record.chosen_vendor else detail
@@ -117,9 +124,20 @@ def list_registrations() -> list[Listed]:
                 detail=detail,
                 source=record.source,
                 requires=record.requires,
+                pack=owner_of(record.source),
+                where=_where(registration),
+                doc=registration.doc.as_dict() if registration is not None and registration.doc else None,
             )
         )
     return listed
+
+
+def _where(registration: Registration | None) -> str | None:
+    """``file:line`` of a registration's ``register()`` call (the user's line, for their messages)."""
+    if registration is None or registration.where is None:
+        return None
+    filename, line = registration.where
+    return f"{filename}:{line}"
 
 
 # ---------------------------------------------------------------------------------- --check
@@ -142,6 +160,8 @@ class CheckResult:
     skipped: str | None = None  # why the impl could not be checked here
     requires: str | None = None  # the version gate
     not_for_version: str | None = None  # the gate excludes the installed release: not checked, not applied
+    pack: str = NOT_IN_A_PACK  # the shipped pack it belongs to, or "none": the user's (reporting/layout.py)
+    where: str | None = None  # file:line of its register() call
 
     @property
     def level(self) -> str:
@@ -170,6 +190,7 @@ class CheckReport:
     source_problems: list[str]
     messages: list[str]  # other warnings seen while importing (e.g. an unverified release)
     activation: dict[str, object] | None = None
+    notes: list[str] = field(default_factory=list)  # about the packs and this machine (GPU-only stand-ins served)
 
     @property
     def failed(self) -> bool:
@@ -187,6 +208,7 @@ class CheckReport:
             "registrations": [r.as_dict() for r in self.results],
             "source_problems": self.source_problems,
             "messages": self.messages,
+            "notes": self.notes,
             "activation": self.activation,
         }
 
@@ -216,7 +238,8 @@ def check(*, activation: bool = True) -> CheckReport:
         owners = {target: _import_owner(target) for target in sorted({r.target for r in current})}
         impls = {id(r): _load(r) for r in current}
         records = {(r.target, r.vendor): r for r in RUNTIME.engine.records()}
-        vendors = RUNTIME.engine.vendors()
+        # A vendor named by mistake (MG_FL_PREFER=cpuu) was said to be ignored: not one "here".
+        vendors = tuple(v for v in RUNTIME.engine.vendors() if v not in RUNTIME.vendor_typos)
     _activation.uninstall()  # every original back: compare against upstream, not the patch
     results = [
         _check_one(r, owners[r.target], impls[id(r)], records.get((r.target, r.vendor)), vendors)
@@ -233,14 +256,18 @@ def check(*, activation: bool = True) -> CheckReport:
             source_problems.append(text)
         elif issubclass(warning.category, (FlPatchWarning, RuntimeWarning)):
             messages.append(text)
-    messages.extend(_all_gated_out(registrations))
-    messages.extend(_stand_ins_served())
+    # Targets the user registered: what is said about them is theirs; about the rest, the packs' notes.
+    user_targets = {r.target for r in registrations if owner_of(r.source) == NOT_IN_A_PACK}
+    messages.extend(_all_gated_out([r for r in registrations if r.target in user_targets]))
+    notes = _all_gated_out([r for r in registrations if r.target not in user_targets])
+    notes.extend(_stand_ins_served())
     report = CheckReport(
         megatron_core=megatron_core_version(),
         vendors=tuple(vendors),
         results=results,
         source_problems=list(dict.fromkeys(source_problems)),
         messages=list(dict.fromkeys(messages)),
+        notes=list(dict.fromkeys(notes)),
     )
     if activation:
         report.activation = check_activation()
@@ -263,6 +290,8 @@ def _result(registration: Registration, record: PatchRecord | None, **verdict: A
         source=registration.source,
         engine_status=record.status.value if record is not None else None,
         requires=registration.requires,
+        pack=owner_of(registration.source),
+        where=_where(registration),
         **verdict,
     )
 
@@ -436,7 +465,9 @@ def _check_one(
                 f"is not active on this machine (active: {', '.join(vendors)}): run --check where it is"
             )
         else:
-            findings.append(Finding("error", f"impl does not import: {type(error).__name__}: {error}"))
+            line = users_line(error)
+            place = f" (raised at {line[0]}:{line[1]})" if line is not None else ""
+            findings.append(Finding("error", f"impl does not import: {type(error).__name__}: {error}{place}"))
     else:
         result.impl_loaded = True
 
@@ -446,7 +477,8 @@ def _check_one(
         else:
             assert resolved is not None
             stand_in = mock_stand_in(resolved.raw)  # as the engine: a mock has no shape to fit
-            fit = [] if stand_in else _fits(resolved, impl)
+            lacking = None if stand_in else _lacks_receiver(registration.target, resolved, impl)
+            fit = [] if stand_in else [lacking] if lacking is not None else _fits(resolved, impl)
             forwarding = [] if stand_in else _forwarding_of(registration.target, resolved, impl)
             fit = None if fit is None and not forwarding else [*(fit or []), *forwarding]
         findings.extend(fit or [])
@@ -461,6 +493,33 @@ def _check_one(
         if not any(f.level == "error" for f in findings):
             findings.append(Finding("error", f"the engine reports {record.status.value}: {record.detail}"))
     return result
+
+
+def _lacks_receiver(target: str, resolved: Resolved, impl: object) -> Finding | None:
+    """An impl of a method written without ``self``: one finding that says so, not one per shifted argument.
+
+    Recognised when the impl's parameters are the target's without its first (the receiver), or
+    begin with the target's second: the impl was written as if the method were a module function.
+    """
+    if resolved.kind is not Kind.METHOD or not inspect.isfunction(impl):
+        return None
+    theirs, _ = read_signature(resolved.raw, "target")
+    mine, _ = read_signature(impl, "impl")
+    if theirs is None or mine is None:
+        return None
+    target_names = [p.name for p in theirs.parameters.values()]
+    impl_names = [p.name for p in mine.parameters.values()]
+    if len(target_names) < 2 or not impl_names or impl_names[0] == target_names[0]:
+        return None
+    if impl_names[0] != target_names[1]:
+        return None
+    receiver = target_names[0]
+    method = target.rpartition(".")[2]
+    return Finding(
+        "error",
+        f"the impl lacks {receiver!r}: {target} is a method, so its impl is called with the instance first "
+        f"(write def {getattr(impl, '__name__', method)}({receiver}, {', '.join(impl_names)}))",
+    )
 
 
 def _forwarding_of(target: str, resolved: Resolved, impl: object) -> list[Finding]:

@@ -16,6 +16,8 @@ import json
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
+from fl_patch.reporting.layout import NOT_IN_A_PACK, counts_text, matches, owner_of, pack_order, terminal_width, wrap
+
 __all__ = ["MergedRow", "format_merged", "merge", "merge_reports", "rank_ranges", "read_report_lines"]
 
 Rank = Hashable  # an int rank, or a label such as "pid 4242" for a process without one
@@ -179,17 +181,43 @@ def _describe(identity: object) -> str:
     return f"{status} {vendor} -> {impl}" + (f"  ({detail})" if detail else "")
 
 
-def merge_reports(entries: Sequence[Mapping[str, object]]) -> str:
-    """One view of many processes' exit reports (the JSON entries ``--report-file`` writes).
+def _pack(record: Mapping[str, object]) -> str:
+    """The pack a record belongs to: as the rank recorded it, else read from its source (``reporting/layout``)."""
+    pack = record.get("pack")
+    if isinstance(pack, str):
+        return pack
+    return owner_of(str(record.get("source", "?")))
+
+
+def _record_matches(record: Mapping[str, object], only: Sequence[tuple[str, str]]) -> bool:
+    for key, wanted in only:
+        value = _pack(record) if key == "pack" else str(record.get(key) or "")
+        if not matches(key, wanted, value):
+            return False
+    return True
+
+
+def merge_reports(
+    entries: Sequence[Mapping[str, object]],
+    *,
+    width: int | None = None,
+    show_all: bool = False,
+    only: Sequence[tuple[str, str]] = (),
+) -> str:
+    """One view of many processes' exit reports (the JSON entries ``--report-file`` writes), plugin first.
 
     Rows are per target: status, vendor and impl (what must agree across ranks) shown once
     when every rank has the same, per rank where they differ; the call counts (which
     legitimately differ: rank 0 logs, say) beside them, per rank only where they differ.
     Processes that imported no registered target (torchrun's agent, a helper) are counted,
-    not tabled.
+    not tabled. The user's targets are listed in full; each shipped pack is one line of counts
+    (``show_all``: in full), except its targets that differ by rank or have a problem; ``only``
+    keeps the targets that match (as ``--only``), whoever registered them.
     """
+    width = width or terminal_width()
     by_process: dict[Rank, dict[str, Mapping[str, object]]] = {}
     idle: list[Rank] = []
+    pack_of: dict[str, str] = {}
     for entry in entries:
         raw = entry.get("records")
         records = [r for r in raw if isinstance(r, Mapping)] if isinstance(raw, list) else []
@@ -197,6 +225,10 @@ def merge_reports(entries: Sequence[Mapping[str, object]]) -> str:
         if all(r.get("status") == "waiting" for r in chosen.values()):
             idle.append(_process_key(entry))
             continue
+        if only:
+            chosen = {t: r for t, r in chosen.items() if _record_matches(r, only)}
+        for target, record in chosen.items():
+            pack_of.setdefault(target, _pack(record))
         by_process[_process_key(entry)] = chosen
     if not by_process:
         return f"fl_patch report, merged ({len(idle)} process(es)): no registered target was imported in any process"
@@ -210,26 +242,51 @@ def merge_reports(entries: Sequence[Mapping[str, object]]) -> str:
     applied = [row for row in identity if row.same and statuses[row.key] == {"applied"}]
     problems = [row for row in identity if statuses[row.key] & set(_PROBLEMS)]
     differ = [row for row in identity if not row.same]
-    lines = [
+    lines = wrap(
         f"fl_patch report, merged over {len(by_process)} process(es) ({rank_ranges(by_process)}"
         + (f"; {len(idle)} more imported no registered target" if idle else "")
-        + f"): {len(applied)} applied on every one, {len(differ)} differ, {len(problems)} problem(s)"
-    ]
-    shown = [row for row in identity if row.same and row not in waiting]
+        + f"): {len(applied)} applied on every one, {len(differ)} differ, {len(problems)} problem(s)",
+        width,
+        "",
+        "  ",
+    )
+    if only:
+        lines += wrap(f"targets matching --only {', '.join(f'{k}={v}' for k, v in only)}: {len(identity)}", width)
+
+    problem_keys = {row.key for row in problems}
+
+    def listed(row: MergedRow) -> bool:
+        mine = pack_of.get(row.key, NOT_IN_A_PACK) == NOT_IN_A_PACK
+        return show_all or bool(only) or mine or row.key in problem_keys
+
+    shown = [row for row in identity if row.same and row not in waiting and listed(row)]
     if shown:
         lines.append("the same on every process:")
-        for row in shown:
-            lines.append(f"  {row.key}")
-            lines.append(f"    {_describe(row.values[0][0])}  calls: {_calls(calls[row.key])}")
+        for row in sorted(shown, key=lambda r: r not in problems):
+            lines += wrap(row.key, width, "  ")
+            lines += wrap(f"{_describe(row.values[0][0])}  calls: {_calls(calls[row.key])}", width, "    ", "      ")
     if differ:
         lines.append("differs by process:")
         for row in differ:
-            lines.append(f"  {row.key}")
-            lines += [f"    {rank_ranges(ranks)}: {_describe(value)}" for value, ranks in row.values]
+            lines += wrap(row.key, width, "  ")
+            for value, ranks in row.values:
+                lines += wrap(_describe(value), width, f"    {rank_ranges(ranks)}: ", "      ")
             if row.missing:
                 lines.append(f"    {rank_ranges(row.missing)}: not registered there")
-    if waiting:
-        lines.append("never triggered on any process: " + ", ".join(row.key for row in waiting))
+    quiet = [row for row in waiting if listed(row)]
+    if quiet:
+        lines += wrap("never triggered on any process: " + ", ".join(row.key for row in quiet), width, "", "  ")
+    folded = [row for row in identity if row.same and not listed(row)]
+    if folded:
+        lines += wrap("shipped packs, one line each (--report --all lists their rows, --only pack=NAME one's):", width)
+        packs: dict[str, list[str]] = {}
+        for row in folded:
+            status = cast(Sequence[str], row.values[0][0])[0]
+            packs.setdefault(pack_of[row.key], []).append("never triggered" if status == "waiting" else status)
+        name_width = max(len(name) for name in packs)
+        for name in sorted(packs, key=pack_order):
+            head = f"  {name:<{name_width}}  "
+            lines += wrap(counts_text(packs[name]) + " (the same on every process)", width, head, " " * len(head))
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from fl_patch.core.records import PatchRecord
 from fl_patch.job.merge import merge_reports, rank_ranges
+from fl_patch.runtime import RUNTIME
 
 __all__ = ["WAIT_S", "JobReport"]
 
@@ -37,7 +38,9 @@ class JobReport:
         self.prefix = f"fl_patch/report/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
 
     def __call__(self, records: list[PatchRecord]) -> bool:
-        entry = {"pid": os.getpid(), "rank": self.rank, "records": [r.as_dict() for r in records]}
+        from fl_patch.reporting.exit_report import record_dict  # report mode: loaded already
+
+        entry = {"pid": os.getpid(), "rank": self.rank, "records": [record_dict(r) for r in records]}
         try:
             self.store.set(f"{self.prefix}entry/{self.rank}", json.dumps(entry))
             self.store.add(f"{self.prefix}count", 1)
@@ -59,7 +62,12 @@ class JobReport:
                 entries.append(json.loads(value.decode() if isinstance(value, bytes) else value))
             else:
                 missing.append(rank)
-        text = merge_reports(entries)
+        settings = RUNTIME.settings
+        text = merge_reports(
+            entries,
+            show_all=bool(settings and settings.report_all),
+            only=settings.report_only if settings is not None else (),
+        )
         if missing:
             text += (
                 f"\n{rank_ranges(missing)} did not report within {WAIT_S:g} s of rank 0's exit "

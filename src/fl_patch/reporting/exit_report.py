@@ -41,15 +41,16 @@ import re
 import select
 import stat
 import sys
-import textwrap
 import threading
 import time
 import types
+from collections.abc import Sequence
 from dataclasses import replace
 
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.resolve import Kind
 from fl_patch.host.compiling import is_compiling_function
+from fl_patch.reporting.layout import NOT_IN_A_PACK, counts_text, matches, owner_of, pack_order, terminal_width, wrap
 from fl_patch.runtime import RUNTIME
 
 __all__ = [
@@ -59,8 +60,10 @@ __all__ = [
     "format_report",
     "make_counter",
     "names_secret",
+    "record_dict",
     "redact_argv",
     "report_now",
+    "select_records",
 ]
 
 
@@ -162,55 +165,121 @@ def _process_label() -> str:
     return f"{label}, {os.path.basename(str(argv[0])) or argv[0]}"
 
 
-def format_report(records: list[PatchRecord]) -> str:
-    """The text report: a summary line, then what ran, what never triggered, what failed."""
+def _record_pack(record: PatchRecord) -> str:
+    return owner_of(record.source)
+
+
+def _status_text(record: PatchRecord) -> str:
+    return "never triggered" if record.status is Status.WAITING else record.status.value
+
+
+def _rank(record: PatchRecord) -> int:
+    """Problems first, then what runs, then the rest."""
+    if record.status.is_problem:
+        return 0
+    return 1 if record.status is Status.APPLIED else 2
+
+
+def select_records(records: list[PatchRecord], only: Sequence[tuple[str, str]]) -> list[PatchRecord]:
+    """The records that match every ``--only`` (key, value): vendor, source, status, target, pack (as ``--list``)."""
+    for key, wanted in only:
+        records = [r for r in records if matches(key, wanted, _field(r, key))]
+    return records
+
+
+def _field(record: PatchRecord, key: str) -> str:
+    if key == "pack":
+        return _record_pack(record)
+    if key == "status":
+        return record.status.value
+    return str(getattr(record, key, "") or "")
+
+
+def format_report(
+    records: list[PatchRecord],
+    *,
+    width: int | None = None,
+    show_all: bool = False,
+    only: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The text report, plugin first: a summary line; the user's rows, every one of them, problems first; a line
+    per shipped pack (``show_all``: their rows too); ``only``: just the rows that match, whoever registered them."""
+    width = width or terminal_width()
     chosen = [r for r in records if r.vendor == r.chosen_vendor or r.status.is_problem]
     applied = [r for r in chosen if r.status is Status.APPLIED]
     waiting = [r for r in chosen if r.status is Status.WAITING]
     problems = [r for r in records if r.status.is_problem]
     idle = [r for r in applied if r.calls == 0]
-    head = (
-        f"fl_patch report ({_process_label()}): {len(applied)} applied, "
-        f"{len(waiting)} never triggered, {len(problems)} problem(s), {len(idle)} applied but never called"
-    )
+    label = _process_label()
     if not records:
-        return f"fl_patch report ({_process_label()}): no registered target was imported in this process"
+        return f"fl_patch report ({label}): no registered target was imported in this process"
+    head = (
+        f"fl_patch report ({label}): {len(applied)} applied, {len(waiting)} never triggered, "
+        f"{len(problems)} problem(s), {len(idle)} applied but never called"
+    )
     if not applied and not problems:
         return head + " (no registered target was imported in this process)"
-    lines = [head, *_rows(applied + problems)]
-    if waiting:
-        lines += textwrap.wrap(
-            "never triggered (their modules were not imported): " + ", ".join(r.target for r in waiting),
-            REPORT_WIDTH,
-            subsequent_indent="  ",
-            break_on_hyphens=False,
-        )
+    lines = wrap(head, width, "", "  ")
+    if only:
+        kept = select_records(records, only)
+        shown = ", ".join(f"{key}={value}" for key, value in only)
+        lines += wrap(f"rows matching --only {shown}: {len(kept)}", width)
+        lines += _rows(sorted(kept, key=_rank), width)
+        return "\n".join(lines)
+    yours = [r for r in records if _record_pack(r) == NOT_IN_A_PACK]
+    packs: dict[str, list[PatchRecord]] = {}
+    for record in records:
+        if _record_pack(record) != NOT_IN_A_PACK:
+            packs.setdefault(_record_pack(record), []).append(record)
+    if yours:
+        sources = sorted({r.source for r in yours})
+        lines += wrap(f"yours, from {', '.join(sources[:3])}: {counts_text(_status_text(r) for r in yours)}", width)
+        lines += _rows(sorted(yours, key=_rank), width)
+    if packs:
+        if show_all:
+            for name in sorted(packs, key=pack_order):
+                rows = packs[name]
+                lines += wrap(f"pack {name}: {counts_text(_status_text(r) for r in rows)}", width)
+                lines += _rows(sorted(rows, key=_rank), width)
+        else:
+            lines += wrap(
+                "shipped packs, one line each (--report --all lists their rows, --only pack=NAME one's):", width
+            )
+            name_width = max(len(name) for name in packs)
+            for name in sorted(packs, key=pack_order):
+                head = f"  {name:<{name_width}}  "
+                lines += wrap(counts_text(_status_text(r) for r in packs[name]), width, head, " " * (len(head) + 2))
+            failing = [r for rows in packs.values() for r in rows if r.status.is_problem]
+            if failing:
+                lines += wrap("problems in shipped packs:", width)
+                lines += _rows(failing, width)
     return "\n".join(lines)
 
 
-# A report is read in a terminal or a CI log: no line wider than this (a dotted path may be, alone).
-REPORT_WIDTH = 120
-
-
-def _rows(records: list[PatchRecord]) -> list[str]:
-    """One line per record (status, calls, vendor, target), the impl and the detail indented under it.
+def _rows(records: list[PatchRecord], width: int) -> list[str]:
+    """One line per record (status, calls, vendor, target), the impl and the detail wrapped under it.
 
     A table with a column each for target, impl and detail ran past 200 columns.
     """
     if not records:
         return []
-    status_width = max(len("status"), *(len(r.status.value) for r in records))
+    status_width = max(len("status"), *(len(_status_text(r)) for r in records))
     calls_width = max(len("calls"), *(len(_calls(r)) for r in records))
-    vendor_width = max(len("vendor"), *(len(r.chosen_vendor or "-") for r in records))
+    vendor_width = max(len("vendor"), *(len(r.chosen_vendor or r.vendor or "-") for r in records))
     lines = [f"{'status':<{status_width}}  {'calls':>{calls_width}}  {'vendor':<{vendor_width}}  target / impl"]
+    indent = " " * (status_width + calls_width + vendor_width + 6)
     for r in records:
-        lines.append(
-            f"{r.status.value:<{status_width}}  {_calls(r):>{calls_width}}  {r.chosen_vendor or '-':<{vendor_width}}  {r.target}"
-        )
-        indent = " " * (status_width + calls_width + vendor_width + 6)
-        under = f"{indent}-> {r.impl}" + (f"  ({r.detail})" if r.detail else "")
-        lines += textwrap.wrap(under, REPORT_WIDTH, subsequent_indent=indent + "   ", break_on_hyphens=False) or [under]
+        vendor = r.vendor if r.status is Status.OTHER_VENDOR else (r.chosen_vendor or "-")
+        head = f"{_status_text(r):<{status_width}}  {_calls(r):>{calls_width}}  {vendor:<{vendor_width}}  "
+        lines += wrap(r.target, width, head, indent)
+        detail = f"  ({r.detail})" if r.detail and r.status is not Status.WAITING else ""
+        lines += wrap(f"-> {r.impl}{detail}", width, indent, indent + "   ")
     return lines
+
+
+def record_dict(record: PatchRecord) -> dict[str, object]:
+    """A record as the report file (and the job's merged report) keeps it: with the pack it belongs to."""
+    return {**record.as_dict(), "pack": _record_pack(record)}
 
 
 def _calls(record: PatchRecord) -> str:
@@ -243,7 +312,8 @@ def _report_at_exit() -> None:
         else:
             stream = sys.stderr
             if stream is not None and not stream.closed:
-                stream.write(format_report(records) + "\n")
+                text = format_report(records, show_all=settings.report_all, only=settings.report_only)
+                stream.write(text + "\n")
                 stream.flush()
     except Exception as exc:  # noqa: BLE001  (a report must never turn a clean exit into a failure)
         try:
@@ -360,7 +430,7 @@ def _append_json(path: str, records: list[PatchRecord]) -> None:
         "rank": None if rank.rank is None else str(rank.rank),
         "rank_source": rank.source,
         "argv": redact_argv([str(a) for a in getattr(sys, "argv", [])]),
-        "records": [r.as_dict() for r in records],
+        "records": [record_dict(r) for r in records],
     }
     data = (json.dumps(entry) + "\n").encode()
     fd, ours = _open_report(path)

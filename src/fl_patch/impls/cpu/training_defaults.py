@@ -107,17 +107,17 @@ def user_given(parser: argparse.ArgumentParser, dest: str, argv: list[str]) -> b
 
 
 def _announce(applied: list[str]) -> None:
+    """The defaults set, once per job (``reporting/notices.py``: rank 0, not repeated by its children)."""
     global _announced
     if _announced or not applied:
         return
     _announced = True
-    if os.environ.get("RANK", "0") != "0":
-        return
-    print(
+    from fl_patch.reporting.notices import say_once_per_job
+
+    say_once_per_job(
+        "cpu_training_defaults",
         "fl_patch CPU pack: no GPU here; megatron.training runs with these defaults, which the command "
         f"line did not set: {' '.join(applied)} (pass a flag to choose otherwise)",
-        file=sys.stderr,
-        flush=True,
     )
 
 

@@ -39,9 +39,7 @@ Drop when: the code around megatron selects its device through ``torch.accelerat
 from __future__ import annotations
 
 import inspect
-import multiprocessing
 import os
-import sys
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -70,7 +68,6 @@ from fl_patch.impls.cpu.cuda_stand_ins import (
 
 __all__ = [
     "FACTORIES",
-    "REDIRECTED",
     "TENSOR_NEW",
     "Device",
     "Event",
@@ -106,33 +103,15 @@ __all__ = [
     "tensor_to",
 ]
 
-REDIRECTED = (
-    "'cuda' devices, torch.cuda (one device per local rank, streams, events, RNG), nccl -> gloo, autocast, GradScaler, "
-    "TE layer specs -> TE-compatible modules; torch.cuda.is_available() stays False"
-)
-"""What the transfer redirects, as the one line says it (docs/cuda_on_cpu.md has the whole list)."""
-
-_announced = False
-
 
 def announce() -> None:
-    """Say once what the transfer redirects: in rank 0's process (or where no rank is set).
+    """Say once per job, in one short line, that the transfer is on (``reporting/notices.py``: rank 0 only, no
+    child of a process that said it, never under ``--list``/``--check`` or a plugin's test)."""
+    from fl_patch.reporting.notices import say_once_per_job
 
-    Not in a multiprocessing child (``dist_checkpointing``'s writer, data-loader workers
-    started with spawn): its parent, which has the same transfer, said it already.
-    """
-    global _announced
-    if _announced:
-        return
-    _announced = True
-    child = multiprocessing.parent_process() is not None or multiprocessing.current_process().name != "MainProcess"
-    if os.environ.get("RANK", "0") != "0" or child:  # a spawn child is named before it re-imports __main__
-        return
-    print(
-        f"fl_patch CPU pack: no GPU here; CUDA calls run on the CPU ({REDIRECTED}). "
-        "FL_PATCH_CUDA_ON_CPU=0 or --no-cuda-on-cpu turns this off; docs/cuda_on_cpu.md lists what it does.",
-        file=sys.stderr,
-        flush=True,
+    say_once_per_job(
+        "cuda_on_cpu",
+        "fl_patch CPU pack: no GPU here; CUDA calls run on the CPU (FL_PATCH_CUDA_ON_CPU=0 turns it off)",
     )
 
 
