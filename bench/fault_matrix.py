@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SUPPORT = REPO / "tests" / "support"
-# The one fault table, shared with tests/test_faults.py.
+# The one fault table, shared with tests/scenarios/test_faults.py.
 SUPPORT_PATH = [SUPPORT, *(SUPPORT / group for group in ("activation", "plugins", "flagscale", "faults", "flaggems"))]
 sys.path.insert(0, str(SUPPORT / "faults"))
 sys.path.insert(0, str(SUPPORT / "hostile"))

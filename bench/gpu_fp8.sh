@@ -2,9 +2,9 @@
 # Issue 48 on one Hopper GPU (H100 or H200: the log's first lines name it): fp8 training without Transformer Engine
 # on the FlagGems pack. Each stage has its own time limit, so one failure or hang leaves the others' results.
 # FP8_STAGES picks stages (default: all, in this order):
-#   tests      GPU tests of the fp8 ops (tests/test_flaggems_fp8.py -k on_the_gpu): every recipe against bf16, the casts
+#   tests      GPU tests of the fp8 ops (tests/impls/test_flaggems_fp8.py -k on_the_gpu): every recipe against bf16, the casts
 #              against torch's, the block-scaled GEMM's check
-#   tests_te   the TE-spec GPU tests the fp8 change touches (tests/test_flaggems_gpu.py: TE spec, MoE, MLA, autotune store)
+#   tests_te   the TE-spec GPU tests the fp8 change touches (tests/impls/test_flaggems_gpu.py: TE spec, MoE, MLA, autotune store)
 #   ops        bench/gpu_fp8_ops.py: GEMM TFLOP/s bf16 vs fp8, the cast kernels' bandwidth, one linear fwd+bwd bf16 vs fp8
 #   e2e131     the 1.31B Llama-style model (25 layers, hidden 2048, GQA 16/8, SwiGLU 5632, seq 4096), 8 x 4 sequences a
 #              step, megatron's full-iteration CUDA graph, gradient accumulation fusion, fused QKV RoPE, TE spec: bf16 and
@@ -71,11 +71,11 @@ for s in $STAGES; do
   case $s in
     tests)
       fits 150 tests || continue
-      stage tests timeout 150 python3 -m pytest -o addopts="" -p no:cacheprovider -q $WORKERS tests/test_flaggems_fp8.py \
+      stage tests timeout 150 python3 -m pytest -o addopts="" -p no:cacheprovider -q $WORKERS tests/impls/test_flaggems_fp8.py \
         -m gpu -k on_the_gpu 2>&1 | tail -25 | tee -a "$OUT/fp8_tests.txt" ;;
     tests_te)
       fits 200 tests_te || continue
-      stage tests_te timeout 300 python3 -m pytest -o addopts="" -p no:cacheprovider -q $WORKERS tests/test_flaggems_gpu.py \
+      stage tests_te timeout 300 python3 -m pytest -o addopts="" -p no:cacheprovider -q $WORKERS tests/impls/test_flaggems_gpu.py \
         -k "te_spec or moe_te or grouped_gemm or mla_with or autotune_picks or cuda_graph" 2>&1 | tail -25 | tee -a "$OUT/fp8_tests.txt" ;;
     ops)
       fits 150 ops || continue
@@ -111,7 +111,7 @@ for s in $STAGES; do
     tests_curves)
       fits 240 tests_curves || continue
       stage tests_curves timeout 420 python3 -m pytest -o addopts="" -p no:cacheprovider -q $WORKERS \
-        tests/test_flaggems_fp8.py -m gpu -k "loss_curve or cuda_graph" 2>&1 | tail -25 | tee -a "$OUT/fp8_tests.txt" ;;
+        tests/impls/test_flaggems_fp8.py -m gpu -k "loss_curve or cuda_graph" 2>&1 | tail -25 | tee -a "$OUT/fp8_tests.txt" ;;
     curves131|curves281)
       if [ $s = curves131 ]; then model=(--preset llama131); name=l131; else model=("${m281[@]}"); name=b3; fi
       steps=${FP8_CURVE_STEPS:-150}; fp32_steps=${FP8_FP32_STEPS:-60}

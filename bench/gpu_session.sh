@@ -85,7 +85,7 @@ for s in $STAGES; do
       stage e2e13_pack_mbs2 env "${warm[@]}" timeout 90 "${gpt[@]}" --preset llama131 --mbs 2 --out "$E2E/llama131_mbs2_pack.json"
       ;;
     tests)
-      stage tests env GEMS_CURVE_OUT="$OUT/curves.json" timeout ${GEMS_TEST_TIMEOUT:-200} python3 -m pytest tests/test_flaggems_gpu.py \
+      stage tests env GEMS_CURVE_OUT="$OUT/curves.json" timeout ${GEMS_TEST_TIMEOUT:-200} python3 -m pytest tests/impls/test_flaggems_gpu.py \
         -v --tb=short -rfE -p no:cacheprovider --junitxml="$OUT/tests.xml" \
         -o faulthandler_timeout=100 --timeout=170 -n ${GEMS_TEST_WORKERS:-12} -k "${GEMS_PYTEST_K:-}" ${GEMS_PYTEST_ARGS:-}
       ;;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The FlagGems pack at tensor-parallel size 2 on a machine with two GPUs (kind nvidia-h200-x2):
-# the curve GPT of tests/test_flaggems_gpu.py (4 layers, hidden 512, seq 512, 300 bf16 steps on a
+# the curve GPT of tests/impls/test_flaggems_gpu.py (4 layers, hidden 512, seq 512, 300 bf16 steps on a
 # Markov-chain language) with upstream at TP=2, the pack at TP=2 and the pack at TP=2 with sequence
 # parallelism (upstream's torch norms refuse it), then tokens/s of the 1.31B stand-in
 # (gems_gpt.py --preset llama131, micro-batch 2) the same three ways; a comparison of the curves last.

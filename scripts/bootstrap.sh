@@ -42,16 +42,16 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
 fi
 "${pip[@]}" numpy "packaging>=24.2"
 "${pip[@]}" --ignore-requires-python "megatron-core==${FL_PATCH_MEGATRON_CORE:-0.19.2}"
-# ray: tests/test_job_ray.py runs fl_patch's Ray support on a local Ray cluster (the job's extra).
+# ray: tests/job/test_ray.py runs fl_patch's Ray support on a local Ray cluster (the job's extra).
 "${pip[@]}" --ignore-requires-python -e ".[test,train,ray]"
 # Wheels of other supported megatron-core releases, for `--check --against` in the tests
-# (tests/test_versions.py): downloaded, never installed (2 MB each).
+# (tests/diagnostics/test_drift.py): downloaded, never installed (2 MB each).
 mkdir -p .cache/wheels
 for v in ${FL_PATCH_AGAINST_WHEELS:-0.17.1 0.18.2}; do
   ls .cache/wheels/megatron_core-"$v"-*.whl >/dev/null 2>&1 \
     || "$VENV/bin/python" -m pip download -q --no-deps --ignore-requires-python -d .cache/wheels "megatron-core==$v"
 done
-# Open MPI's mpirun, for the test that runs fl_patch's rank check under it (tests/test_job_launchers.py; it skips
+# Open MPI's mpirun, for the test that runs fl_patch's rank check under it (tests/job/test_launchers.py; it skips
 # without). Best effort, and only where this script runs as root with apt (CI, the dev machines): Debian's
 # openmpi-bin. FL_PATCH_NO_MPI=1 skips it.
 if [ -z "${FL_PATCH_NO_MPI:-}" ] && ! command -v mpirun >/dev/null 2>&1 && [ "$(id -u)" = 0 ] \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs Triton into .cache/triton-cpu/ (gitignored) so the FlagGems pack's own
 # Triton kernels can be checked on a machine with no GPU, in Triton's CPU interpreter
-# (TRITON_INTERPRET=1): tests/test_flaggems_interpret.py puts that folder on
+# (TRITON_INTERPRET=1): tests/impls/test_flaggems_interpret.py puts that folder on
 # PYTHONPATH of a subprocess and skips when it is absent.
 #
 # Why not in .venv: with triton importable, megatron-core imports its Triton paths

@@ -213,3 +213,18 @@ def test_no_impl_reads_a_patched_target_when_it_runs() -> None:
                     if isinstance(node, ast.Attribute) and _dotted(node) in targets:
                         found.append(f"{path.name}:{node.lineno} {function.name} reads {_dotted(node)}")
     assert not found, found
+
+
+# Test folders beside the package's own: scenario suites (whole programs across layers) and the benchmarks' helpers.
+TEST_FOLDERS_BESIDE = {"scenarios", "bench", "support"}
+
+
+def test_tests_mirror_the_packages() -> None:
+    """``tests/<package>/`` for each package of fl_patch; a test of a root module (``cli.py``) is ``tests/test_cli.py``."""
+    tests = Path(__file__).resolve().parent
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert folders - TEST_FOLDERS_BESIDE <= packages, sorted(folders - TEST_FOLDERS_BESIDE - packages)
+    roots = {p.stem for p in PACKAGE.glob("*.py")} | {"architecture", "docs", "typing", "cli_plugin_first"}
+    stray = [p.name for p in tests.glob("test_*.py") if p.stem.removeprefix("test_") not in roots]
+    assert not stray, f"tests at the top that test no root module: {stray}"

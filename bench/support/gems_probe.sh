@@ -13,7 +13,7 @@ rm -rf "$store"
 export FL_GEMS_CACHE_DIR=$store/gems TRITON_CACHE_DIR=$store/triton FL_GEMS_AUTOTUNE_SEED=0
 stage() { echo "=== $1 start $(date +%T)"; shift; "$@"; echo "=== rc=$? end $(date +%T)"; }
 gpt="python3 tests/support/flaggems/gems_gpt.py --mode throughput"
-[ -n "${GEMS_SKIP_TESTS:-}" ] || stage tests timeout ${GEMS_TEST_TIMEOUT:-120} python3 -m pytest tests/test_flaggems_gpu.py -v --tb=short -rfE \
+[ -n "${GEMS_SKIP_TESTS:-}" ] || stage tests timeout ${GEMS_TEST_TIMEOUT:-120} python3 -m pytest tests/impls/test_flaggems_gpu.py -v --tb=short -rfE \
   -p no:cacheprovider --junitxml="$OUT/tests.xml" --timeout=110 -n 12 -k "${GEMS_PYTEST_K:-persist or lean}"
 [ -n "${GEMS_SKIP_OPS:-}" ] || stage ops timeout ${GEMS_OPS_TIMEOUT:-120} python3 bench/gpu_ops.py --out "$OUT/ops.json" --md /tmp/ops.md \
   --skip norms,swiglu,rope,qkv_rope,softmax,cross_entropy,gemm,attention_flaggems,attention_configs,optimizer

@@ -191,7 +191,7 @@ _HEADER = """# The patch index
 Every registration of every pack fl_patch ships, with why it exists, how it works, the upstream
 reference and when it can be removed. Generated from the registrations themselves (each
 `register(..., doc=PatchDoc(...))` of the packs' registries) by `python -m fl_patch.impls.index`; do not
-edit by hand: `tests/test_patch_index.py` fails when this file differs from what the command writes.
+edit by hand: `tests/impls/test_index.py` fails when this file differs from what the command writes.
 `fl-patch --list --why` prints the same four fields for the registrations of a running setup.
 
 Packs are selected with `FL_PATCH_PACKS` / `--packs` (`cpu`, `cuda_on_cpu`, `flaggems`; default all);

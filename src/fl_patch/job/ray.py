@@ -28,7 +28,7 @@ every field kept) with
 
 Ray merges an actor's own ``runtime_env`` into the job's per field, and ``env_vars`` per
 variable, so worker groups that give each actor its ``RANK`` / ``MASTER_ADDR`` (veRL's
-``RayWorkerGroup``) keep the job's fl_patch (tested: ``tests/test_job_ray.py``). A driver
+``RayWorkerGroup``) keep the job's fl_patch (tested: ``tests/job/test_ray.py``). A driver
 whose fl_patch is active and that starts an actor fl_patch will not reach is told once
 (``ray_watch.py``). The actors' process groups are checked like any other
 (``rank_check.py``): an actor without fl_patch, or with other patches, is named.

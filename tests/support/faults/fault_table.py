@@ -1,6 +1,6 @@
 """The fault table: every way a plugin can break, one row each, for the tests and the bench.
 
-``tests/test_faults.py`` runs the registration faults in-process against the real
+``tests/scenarios/test_faults.py`` runs the registration faults in-process against the real
 megatron-core this pytest process imported (``in_process=True``); ``bench/fault_matrix.py``
 runs every row for real, as a program under ``python -m fl_patch``, in default and in
 strict mode, and tallies what was lost silently. One table, so the two cannot drift.
@@ -58,7 +58,7 @@ class Fault:
     cause: str = ""  # a regular expression the message and the record's detail match
     env: tuple[tuple[str, str], ...] = ()
     program: str = PROGRAM
-    in_process: bool = False  # tests/test_faults.py runs it in its own process, megatron loaded
+    in_process: bool = False  # tests/scenarios/test_faults.py runs it in its own process, megatron loaded
     target: str | None = None
     impl: str | None = None
 

@@ -1,7 +1,7 @@
 """Forward and backward of every op of the FlagGems pack against torch autograd.
 
-Shared by the GPU tests (``tests/test_flaggems_gpu.py``, CUDA tensors) and the CPU
-interpreter tests (``tests/test_flaggems_interpret.py`` runs ``python gems_checks.py``
+Shared by the GPU tests (``tests/impls/test_flaggems_gpu.py``, CUDA tensors) and the CPU
+interpreter tests (``tests/impls/test_flaggems_interpret.py`` runs ``python gems_checks.py``
 with ``TRITON_INTERPRET=1`` and the triton of ``.cache/triton-cpu``).
 
 For each case: random inputs in the case's dtype and layout (contiguous, or strided

@@ -1,6 +1,6 @@
 """fp8 without Transformer Engine on the FlagGems pack, inside real megatron-core, on a CPU.
 
-Run by ``tests/test_flaggems_fp8.py`` with ``MG_FL_PREFER=flaggems`` (the pack's impls; on a CPU the fp8 casts run in
+Run by ``tests/impls/test_flaggems_fp8.py`` with ``MG_FL_PREFER=flaggems`` (the pack's impls; on a CPU the fp8 casts run in
 torch, or in Triton's interpreter with ``TRITON_INTERPRET=1``, and the fp8 GEMMs are torch's ``_scaled_mm``). Checks:
 megatron's ``fp8_utils.get_fp8_context`` is the pack's; megatron's TE spec built with ``fp8`` runs every linear in fp8
 (tensorwise, delayed, blockwise; e4m3 and hybrid), loss and gradients near the bf16 model's with the same weights;

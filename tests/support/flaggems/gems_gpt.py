@@ -4,7 +4,7 @@
 synthetic language (a fixed random Markov chain: each token has a few likely
 successors), a few hundred steps, the loss of every step. Two runs, one with
 ``MG_FL_PREFER=flaggems`` and one with ``FL_PATCH=0``, give the loss curves that
-``tests/test_flaggems_gpu.py`` compares.
+``tests/impls/test_flaggems_gpu.py`` compares.
 
 ``python gems_gpt.py --mode throughput --out step.json``: the model of
 ``shared/device/baseline.py`` (16 layers, hidden 2048, 16 heads in 4 query groups,

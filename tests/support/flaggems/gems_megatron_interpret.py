@@ -1,6 +1,6 @@
 """The FlagGems pack inside real megatron-core 0.19.2 on a CPU, kernels in Triton's interpreter.
 
-Run by ``tests/test_flaggems_interpret.py`` with ``TRITON_INTERPRET=1``,
+Run by ``tests/impls/test_flaggems_interpret.py`` with ``TRITON_INTERPRET=1``,
 ``MG_FL_PREFER=flaggems`` and ``.cache/triton-cpu`` on PYTHONPATH. fl_patch is
 installed before megatron is imported, as ``python -m fl_patch`` would. Checks:
 every target of the pack is applied; modules megatron builds carry the pack's

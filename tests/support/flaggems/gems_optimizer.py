@@ -1,6 +1,6 @@
 """A few optimizer steps of megatron-core's GPT on a CPU, with or without the FlagGems pack's optimizer patches.
 
-Run by ``tests/test_flaggems_pack.py`` twice, with ``MG_FL_PREFER=flaggems`` (the pack, then
+Run by ``tests/impls/test_flaggems.py`` twice, with ``MG_FL_PREFER=flaggems`` (the pack, then
 the CPU pack for everything else) and without (the CPU pack alone: upstream's torch fallback,
 ``torch.optim.AdamW`` with its foreach kernels). fl_patch is installed before megatron is
 imported. For each setting (fp32; bf16 with fp32 main parameters; bf16 with the distributed

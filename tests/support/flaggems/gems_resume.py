@@ -1,6 +1,6 @@
 """The distributed optimizer's checkpoint round trip on the GPU with the FlagGems pack's optimizer (torch's fused Adam).
 
-Run by ``tests/test_flaggems_gpu.py`` under ``MG_FL_PREFER=flaggems`` on one GPU (one-rank NCCL group). For each
+Run by ``tests/impls/test_flaggems_gpu.py`` under ``MG_FL_PREFER=flaggems`` on one GPU (one-rank NCCL group). For each
 sharding type megatron writes (``dp_reshardable``, ``fully_reshardable``): a bf16 GPT with megatron's distributed
 optimizer trains two steps, saves a dist checkpoint, a fresh model and optimizer load it, and both take one more
 step. Prints one JSON line per sharding type: whether the load raised (and what), the Adam step counts restored,

@@ -1,6 +1,6 @@
 """Transformer Engine's layer spec on the FlagGems pack, inside real megatron-core, kernels in Triton's interpreter.
 
-Run by ``tests/test_flaggems_interpret.py`` with ``TRITON_INTERPRET=1``, ``MG_FL_PREFER=flaggems`` and
+Run by ``tests/impls/test_flaggems_interpret.py`` with ``TRITON_INTERPRET=1``, ``MG_FL_PREFER=flaggems`` and
 ``.cache/triton-cpu`` on PYTHONPATH. Checks: the TE names megatron binds and the pack's TE functions are
 applied for vendor ``flaggems``; megatron's own ``get_gpt_layer_with_transformer_engine_spec()`` builds
 TE's module tree; a dense TE-spec GPT (RMSNorm, GQA, SwiGLU, RoPE) and a LayerNorm one with zero-centred

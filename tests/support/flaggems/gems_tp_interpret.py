@@ -1,6 +1,6 @@
 """A GPT at tensor-parallel size 2 on a CPU (gloo), with or without the FlagGems pack, kernels in Triton's interpreter.
 
-Run by ``tests/test_flaggems_interpret.py`` under ``python -m torch.distributed.run
+Run by ``tests/impls/test_flaggems_interpret.py`` under ``python -m torch.distributed.run
 --nproc-per-node 2`` with ``TRITON_INTERPRET=1`` and ``.cache/triton-cpu`` on PYTHONPATH,
 once per ``GEMS_TP_MODE``: ``upstream`` (the CPU pack alone: megatron-core's own code on a
 CPU), ``pack`` (``MG_FL_PREFER=flaggems``: the pack, the CPU pack for the rest) and

@@ -1,6 +1,6 @@
 """One rank of a gloo program that ends as most do: a collective, ``destroy_process_group``, exit.
 
-Run under torchrun by ``tests/test_gloo_exit.py`` and ``bench/gloo_exit.py``. Environment:
+Run under torchrun by ``tests/host/test_gloo_exit.py`` and ``bench/gloo_exit.py``. Environment:
 ``IMPORTS`` (comma-separated modules imported after the group exists: ``torch._inductor`` is what
 megatron-core brings; it keeps the group, and its worker threads, alive until finalization),
 ``SWITCH`` (``sys.setswitchinterval``: a large value keeps the GIL in the main thread, as a busy

@@ -1,4 +1,4 @@
-"""Ray actors for tests/test_job_ray.py: a probe, and a trainer that runs examples/train_gpt.py at TP=2 in its worker.
+"""Ray actors for tests/job/test_ray.py: a probe, and a trainer that runs examples/train_gpt.py at TP=2 in its worker.
 
 A module the cluster's workers import by name (the cluster's PYTHONPATH has this directory),
 as a real job's worker code is installed on its nodes.

@@ -1,4 +1,4 @@
-"""A Ray driver for tests/test_job_ray.py: ``python -m fl_patch ray_job.py ADDRESS MODE OUT.json [LOG_DIR]``.
+"""A Ray driver for tests/job/test_ray.py: ``python -m fl_patch ray_job.py ADDRESS MODE OUT.json [LOG_DIR]``.
 
 MODE: ``local`` (no address: this driver starts its own cluster; a probe), ``plain`` (no runtime_env: two probes), ``fl`` (fl_patch's runtime_env merged into the user's;
 two trainers at TP=2), ``verl`` (the same through a veRL-style worker group: a placement group,

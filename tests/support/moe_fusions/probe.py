@@ -5,7 +5,7 @@ Generated cases (seeded): megatron's ``permute`` / ``unpermute`` / ``sort_chunks
 top-k routing with and without dropped tokens, drop-and-pad capacity maps; the router's fused forms against
 the unfused; megatron's indices-to-multihot converter against a loop; and a MoE GPT trained with ``moe_permute_fusion``/``moe_router_fusion`` on and off.
 
-Prints one JSON line; tests/test_moe_fusions.py asserts on it. ``PERMUTE_KERNELS=1``: the row movement is
+Prints one JSON line; tests/impls/test_te_moe_fusions.py asserts on it. ``PERMUTE_KERNELS=1``: the row movement is
 counted (the FlagGems pack's kernels in Triton's interpreter, when the pack is the vendor).
 """
 

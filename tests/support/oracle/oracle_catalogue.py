@@ -6,7 +6,7 @@ upstream object. Whatever differs with it in place (a test outcome, a loss bit) 
 engine. This module is plain data and pure functions, shared by the scanner that writes the
 catalogue (``oracle_scan.py``), the registry that registers a selection of it
 (``oracle_registry.py``), the impls (``oracle_impls.py``), ``bench/oracle.py`` and
-``tests/test_oracle.py``. It imports nothing of fl_patch or megatron.
+``tests/scenarios/test_oracle.py``. It imports nothing of fl_patch or megatron.
 
 An entry is one target: ``{"target", "family", "form", "module", "skip"}``. ``family`` is what
 ``--kinds`` selects (functions, methods, properties, classes); ``form`` says what the copy is

@@ -1,6 +1,6 @@
 """Running a program with and without the oracle, and reading what each process reported.
 
-Shared by ``bench/oracle.py`` and ``tests/test_oracle.py``. A run "with the oracle" is the same
+Shared by ``bench/oracle.py`` and ``tests/scenarios/test_oracle.py``. A run "with the oracle" is the same
 command with ``FL_PATCH_REGISTRY=oracle_registry`` and a selection (``Selection``) in the
 environment; "without" is the same registry with ``ORACLE_OFF=1`` (it registers nothing but
 still writes its report, so both runs load exactly the same code). Each process writes

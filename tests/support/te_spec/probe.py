@@ -1,6 +1,6 @@
 """One process (world size 1, gloo) under fl_patch: megatron-core's TE layer spec without TE, checked many ways.
 
-Prints one JSON line with what it saw; tests/test_te_spec.py asserts on it.
+Prints one JSON line with what it saw; tests/impls/test_te.py asserts on it.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def build_pretraining_data_loader(dataset: Any, consumed_samples: int) -> Any:
     torch draws its base seed from the CPU default generator
     (``_BaseDataLoaderIter.__init__``). On a GPU that is harmless: dropout draws from the
     CUDA generator. On a CPU it is the generator dropout draws from, so (measured with
-    ``tests/test_training_pack.py``): ``load_checkpoint`` restores it *before* the iterators
+    ``tests/impls/test_cpu_training.py``): ``load_checkpoint`` restores it *before* the iterators
     are made, and a resumed run's dropout masks come out of a generator advanced by one
     more draw than in the uninterrupted run (``--load`` does not reproduce the losses);
     and with tensor parallelism only TP rank 0 builds data loaders, so the TP ranks'

@@ -12,7 +12,7 @@ of them branch on ``torch.cuda.is_available()`` to build ``f"cuda:{current_devic
 strings that no mapping could rescue.
 
 Every module here was checked by turning its patch off (``FL_PATCH_DISABLE=<target>``)
-with ``tests/support/train_pretrain.py`` (``tests/test_training_pack.py``): each one,
+with ``tests/support/train_pretrain.py`` (``tests/impls/test_cpu_training.py``): each one,
 off, makes the run fail at the line named. Line numbers are those of megatron-core 0.19.2.
 """
 

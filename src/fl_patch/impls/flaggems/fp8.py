@@ -320,7 +320,7 @@ def te_checkpoint(
 CONFIG_TE_MIN_VERSION = "megatron.core.transformer.transformer_config.is_te_min_version"
 MOE_FP8_GATES = ("1.7.0.dev0", "1.11.0")
 """The TE versions ``TransformerConfig.__post_init__`` requires for MoE fp8 (``num_moe_experts`` with ``fp8``) and
-grouped fp8 GEMMs (with ``moe_grouped_gemm``): without TE the config refuses both. tests/test_flaggems_fp8.py re-reads
+grouped fp8 GEMMs (with ``moe_grouped_gemm``): without TE the config refuses both. tests/impls/test_flaggems_fp8.py re-reads
 the installed source: these versions are asked nowhere else there."""
 
 

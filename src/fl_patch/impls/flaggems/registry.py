@@ -179,7 +179,7 @@ FP8_LAYER = PatchDoc(
 )
 FP8_EXPERTS = PatchDoc(
     why="under fp8, moe/experts.py asserts HAVE_TE and pads each expert's rows with TE's Fp8Padding/Fp8Unpadding "
-    "(None without TE); its HAVE_TE guards nothing else that runs without TE (tests/test_flaggems_fp8.py "
+    "(None without TE); its HAVE_TE guards nothing else that runs without TE (tests/impls/test_flaggems_fp8.py "
     "re-reads the source).",
     how="HAVE_TE = True in experts.py alone, and Fp8Padding/Fp8Unpadding padding each expert's rows to a multiple "
     "of 16 (created where absent).",

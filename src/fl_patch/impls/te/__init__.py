@@ -4,7 +4,7 @@ Shared by the CPU pack and the FlagGems GPU pack, each registering it for its ow
 (``registry.register_pack``).
 
 - ``registry.py``: what it patches (the TE names megatron-core binds, TransformerBlock's final norm,
-  TE's fused MoE functions), and the tables ``tests/test_te_spec.py`` checks against each release.
+  TE's fused MoE functions), and the tables ``tests/impls/test_te.py`` checks against each release.
 - ``modules.py``: one class per TE wrapper the TE spec uses, with TE's constructor, forward contract and
   parameter names, built on megatron's tensor-parallel layers; their maths in four functions (``norm``,
   ``attention``, ``grouped_matmul``, ``fp8_layer``) that a pack with kernels replaces.

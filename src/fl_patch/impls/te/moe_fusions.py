@@ -10,7 +10,7 @@ DeepSeek/Qwen-style MoE pass: ``ValueError: fused permutation is not available. 
 
 How: this module provides those functions with TE's call signatures and semantics, and
 ``HAVE_TE = True`` for ``moe_utils`` alone, where that name gates nothing but these functions'
-branches (``if not HAVE_TE or fused_x is None: raise``; ``tests/test_moe_fusions.py`` re-reads
+branches (``if not HAVE_TE or fused_x is None: raise``; ``tests/impls/test_te_moe_fusions.py`` re-reads
 megatron's source to keep that true).
 
 - Permutation: the tokens routed by a ``[tokens, experts]`` routing map are laid out expert by

@@ -13,7 +13,7 @@ What it patches, top to bottom in :func:`register_pack`:
    ``modules.py`` (TE's constructor, forward contract and parameter names, built on megatron's own
    tensor-parallel layers), so megatron's own spec functions, its ``TESpecProvider`` users and its
    ``isinstance``/``in [TELinear]`` checks run unchanged. :data:`TE_NAME_TARGETS` lists them per module
-   and release (``tests/test_te_spec.py`` re-derives the list from each release's source);
+   and release (``tests/impls/test_te.py`` re-derives the list from each release's source);
    :data:`TE_NAMES_LEFT` says why the others are left.
 2. ``TransformerBlock``'s final norm (``LayerNormImpl = TENorm`` under ``HAVE_TE``).
 3. TE's fused MoE functions ``moe_utils`` binds to None (``--moe-permute-fusion``, ``--moe-router-fusion``),
@@ -146,7 +146,7 @@ TE_NAME_TARGETS: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
 """``(megatron.core submodule, names, requires)``: every module-level TE class name megatron-core binds, with the
 releases that bind it (``requires``: a version range, None for every supported release), but those of
 :data:`TE_NAMES_LEFT` (a name bound to the replaced upstream ``TESpecProvider`` class, as in ``moe_module_specs``,
-follows it: fl_patch rebinds aliases). ``tests/test_te_spec.py`` re-reads each release's source (the installed
+follows it: fl_patch rebinds aliases). ``tests/impls/test_te.py`` re-reads each release's source (the installed
 megatron-core and the other releases' wheels): a (module, name) bound there must be registered for that release or
 left, and one registered for it must be bound there."""
 
@@ -182,7 +182,7 @@ TE_ALIAS_TARGETS: tuple[tuple[str, str], ...] = (
 
 
 TE_MOE_FUSIONS: tuple[str, ...] = (
-    "HAVE_TE",  # in moe_utils it only guards the fused functions' branches (tests/test_moe_fusions.py checks)
+    "HAVE_TE",  # in moe_utils it only guards the fused functions' branches (tests/impls/test_te_moe_fusions.py checks)
     "fused_permute",
     "fused_permute_with_probs",
     "fused_unpermute",
@@ -283,7 +283,7 @@ BLOCK_NORM = PatchDoc(
 )
 MOE_HAVE_TE = PatchDoc(
     why="moe_utils refuses the fused paths 'if not HAVE_TE or fused_x is None'; its HAVE_TE guards nothing "
-    "else (tests/test_moe_fusions.py re-reads the source to keep that true).",
+    "else (tests/impls/test_te_moe_fusions.py re-reads the source to keep that true).",
     how="HAVE_TE = True in transformer.moe.moe_utils alone, beside the fused functions below.",
     upstream="megatron-core 0.19.2 megatron/core/transformer/moe/moe_utils.py",
     remove_when=_REMOVE,

@@ -6,7 +6,7 @@ carries "step" (TE's and Apex's fused Adam keep it in the param groups); three s
 upstream's checkpoint code get that case wrong. These are upstream bugs, not CPU problems: the
 CPU pack and the FlagGems pack both register these impls (the shared pack ``without_te``). They
 are also what ``pretrain_gpt.py --use-distributed-optimizer --load`` needs
-(``tests/test_training_pack.py``; ``docs/training_pack.md``). Each impl runs upstream untouched
+(``tests/impls/test_cpu_training.py``; ``docs/training_pack.md``). Each impl runs upstream untouched
 where megatron uses Apex's or TE's optimizer (``distrib_optimizer.HAVE_APEX_OR_TE``).
 
 Upstream: megatron-core 0.19.2, ``megatron/core/optimizer/distrib_optimizer.py``.

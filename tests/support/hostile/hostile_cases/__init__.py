@@ -4,7 +4,7 @@ One module per class of failure in ``docs/reliability.md`` (``never_break``,
 ``blast_radius``, ``plain_python``, ``saying``, ...), each a list ``CASES`` of
 :class:`~hostile_case.HostileCase`. ``bench/fault_matrix.py`` runs every case for real, in
 default and in strict mode, and tallies what was lost silently, broke a run that did not ask
-for strict mode, hung, or was not stopped by strict mode; ``tests/test_hostile_matrix.py``
+for strict mode, hung, or was not stopped by strict mode; ``tests/scenarios/test_hostile_matrix.py``
 runs the same cases, one test each. One table, so the bench and the tests cannot drift.
 """
 

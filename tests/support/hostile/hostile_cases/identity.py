@@ -4,7 +4,7 @@ Whole programs under ``python -m fl_patch`` (default and ``--report``, a diagnos
 must not change behaviour): a library function used as an impl is never written on; an impl
 that calls ``Target.__wrapped__`` or ``fl_patch.original`` works in both modes; ``isinstance`` holds for objects and
 subclasses made before a class was replaced; an ``lru_cache``d target keeps ``cache_clear``.
-In-process generated variants are in ``tests/test_target_kinds.py``. No case has an fl_patch
+In-process generated variants are in ``tests/core/test_kinds.py``. No case has an fl_patch
 problem in it, so strict mode must run each exactly as default mode does.
 """
 

@@ -1,4 +1,4 @@
-"""Impls of the kinds megatron-core 0.19.2 makes hard (tests/test_target_kinds.py)."""
+"""Impls of the kinds megatron-core 0.19.2 makes hard (tests/core/test_kinds.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tree's own view of its registry (run by tests/test_flagscale_tree.py under ``python -m fl_patch -m pytest``).
+"""The tree's own view of its registry (run by tests/compat/test_flagscale_tree.py under ``python -m fl_patch -m pytest``).
 
 FlagScale's tests check its internal API this way; with fl_patch active they must pass unchanged.
 """
