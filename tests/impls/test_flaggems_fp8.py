@@ -184,6 +184,24 @@ def test_quantized_values_are_the_nearest_fp8_values() -> None:
             assert ((q.data.float() - v).abs() <= step / 2 + 1e-12).all()
 
 
+def test_the_scales_a_gemm_reads_start_16_byte_aligned() -> None:
+    """cuBLASLt refuses a scale pointer not 16-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED): on an H200 and an H100
+    with CUDA 13 every tensorwise GEMM failed so while the scale was the third float of a 3-float buffer. The CPU
+    allocator aligns storages to 64 bytes, so an offset into a buffer shows here as on the device."""
+    x = torch.randn(256, 384).to(torch.bfloat16)
+    scale, slot = torch.ones(1), torch.zeros(1)
+    operands = [
+        *fq.quantize_tensorwise(x, fq.E4M3, transposed=True),
+        *fq.quantize_delayed(x, fq.E4M3, scale, slot, transposed=True),
+        *fq.quantize_1x128(x, fq.E4M3, transposed=True),
+        *fq.quantize_128x128(x, fq.E4M3),
+    ]
+    for op in operands:
+        assert op is not None
+        for view in (op, op.t()):
+            assert view.scale_inv.data_ptr() % 16 == 0, (op.kind, view.scale_inv.storage_offset())
+
+
 def test_te_moe_padding_round_trip() -> None:
     pad, unpad = fp8.Fp8Padding(3), fp8.Fp8Unpadding(3)
     x = torch.randn(5 + 0 + 20, 8)

@@ -105,8 +105,10 @@ def quantize_tensorwise(
     """Current (per-tensor) scaling: x's own amax sets the scale. Returns (x as [rows, cols], x transposed)."""
     x2 = _rows(x)
     m, n = x2.shape
-    slots = torch.zeros(3, dtype=torch.float32, device=x2.device)  # amax, scale, scale_inv
-    amax, scale, scale_inv = slots[0:1], slots[1:2], slots[2:3]
+    # scale_inv first: cuBLASLt takes a scale pointer only 16-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED otherwise,
+    # seen on an H200 with CUDA 13), and a storage starts 256-byte aligned; amax and scale only the cast kernels read
+    slots = torch.zeros(3, dtype=torch.float32, device=x2.device)  # scale_inv, amax, scale
+    scale_inv, amax, scale = slots[0:1], slots[1:2], slots[2:3]
     q = torch.empty((m, n), dtype=dtype, device=x2.device) if rowwise else None
     qt = torch.empty((n, m), dtype=dtype, device=x2.device) if transposed else None
     if _use_kernel(x2):
@@ -257,7 +259,9 @@ def _block_scale(op: Operand) -> torch.Tensor:
     return scale
 
 
-def _blockwise_cuda(a: Operand, b: Operand, out_dtype: torch.dtype, fast_accum: bool) -> torch.Tensor:
+def _blockwise_cuda(a: Operand, b: Operand, out_dtype: torch.dtype) -> torch.Tensor:
+    # no fast accumulation: cuBLASLt's block-scaled GEMM promotes its partial sums itself, and torch 2.11 refuses the
+    # flag ("scaled_gemm doesn't support fast accum with 128x128 blockwise scaling", seen on an H200)
     a = Operand(a.data, _block_scale(a), a.kind, a.transposed)
     b = Operand(b.data, _block_scale(b), b.kind, b.transposed)
     functional = torch.nn.functional
@@ -265,10 +269,10 @@ def _blockwise_cuda(a: Operand, b: Operand, out_dtype: torch.dtype, fast_accum: 
         kinds = {"1x128": functional.ScalingType.BlockWise1x128, "128x128": functional.ScalingType.BlockWise128x128}
         return functional.scaled_mm(
             a.data, b.data, a.scale_inv, kinds[a.kind], b.scale_inv, kinds[b.kind],
-            output_dtype=out_dtype, use_fast_accum=fast_accum,
+            output_dtype=out_dtype, use_fast_accum=False,
         )  # fmt: skip
     # torch 2.9/2.10: _scaled_mm tells block scaling apart by the scales' shapes
-    return torch._scaled_mm(a.data, b.data, a.scale_inv, b.scale_inv, out_dtype=out_dtype, use_fast_accum=fast_accum)
+    return torch._scaled_mm(a.data, b.data, a.scale_inv, b.scale_inv, out_dtype=out_dtype, use_fast_accum=False)
 
 
 def scaled_mm(
@@ -282,7 +286,7 @@ def scaled_mm(
             a.data, b.data, a.scale_inv, b.scale_inv, bias=bias, out_dtype=out_dtype, use_fast_accum=fast_accum
         )
     if a.data.is_cuda:
-        out = _blockwise_cuda(a, b, out_dtype, fast_accum)
+        out = _blockwise_cuda(a, b, out_dtype)
     else:  # no block-scaled GEMM in torch's CPU build: the dequantized product in fp32
         out = (dequantize(a) @ dequantize(b)).to(out_dtype)
     return out if bias is None else out + bias
