@@ -44,9 +44,11 @@ def support_pythonpath(*first: str | Path) -> str:
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# Keep subprocesses and this process off the user's own configuration.
+# Keep subprocesses and this process off the user's own configuration. COLUMNS/LINES too: pytest-xdist's
+# workers set COLUMNS=80, a terminal sets its own, and fl_patch's outputs fit that width; the tests see
+# what a program writing to a pipe sees (100 columns), whichever way the suite is run.
 for _name in list(os.environ):
-    if _name.startswith("FL_PATCH") or _name == "MG_FL_PREFER":
+    if _name.startswith("FL_PATCH") or _name in ("MG_FL_PREFER", "COLUMNS", "LINES"):
         del os.environ[_name]
 
 

@@ -86,7 +86,8 @@ def program(tmp_path: Path) -> Path:
 
 
 def test_the_trees_own_register_reaches_fl_patch_and_its_registry_keeps_working(program: Path, tmp_path: Path) -> None:
-    proc = _run(["-m", "fl_patch", "--report", str(program)], _env(), tmp_path)
+    # (wide enough that the report's rows are not wrapped: the test reads them by column)
+    proc = _run(["-m", "fl_patch", "--report", str(program)], _env(COLUMNS="200"), tmp_path)
     result = _result(proc)
     records = _records(result)
     # The tree's default impl runs, reaches upstream through __wrapped__ (also under --report).

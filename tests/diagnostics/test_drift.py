@@ -110,7 +110,7 @@ def test_gates_apply_list_and_check_on_the_installed_release(run_python, tmp_pat
     )
     assert out[1].startswith("('not for this version'")
 
-    listing = run_python("-m", "fl_patch", "--list", env=env).stdout
+    listing = run_python("-m", "fl_patch", "--list", env={**env, "COLUMNS": "200"}).stdout  # rows unwrapped
     assert "[requires megatron-core>=0.19,<0.21]" in listing and "[requires megatron-core<0.19]" in listing
 
     proc = run_python("-m", "fl_patch", "--check", "--json", env=env, check=False)
@@ -118,11 +118,12 @@ def test_gates_apply_list_and_check_on_the_installed_release(run_python, tmp_pat
     levels = {(r["target"].rsplit(".", 1)[1], r["vendor"]): r for r in report["registrations"]}
     assert levels[("get_tensor_model_parallel_world_size", "cpu")]["level"] == "ok"
     assert levels[("get_tensor_model_parallel_world_size", "default")]["level"] == "not for this version"
-    # Without the CPU pack, megatron.core's unguarded `import triton` got the stand-in: --check says where.
+    # Without the CPU pack, megatron.core's unguarded `import triton` got the stand-in: --check says where
+    # (a note about this machine, apart from the messages about registrations).
     assert any(
         m.startswith("triton is not installed (GPU-only)") and "megatron.core.transformer.moe.ops.paged_stash" in m
-        for m in report["messages"]
-    ), report["messages"]
+        for m in report["notes"]
+    ), report["notes"]
     gated_out = [m for m in report["messages"] if "get_data_parallel_world_size" in m]
     assert len(gated_out) == 1 and "no registration is for this version" in gated_out[0]
     forwarding = levels[("get_pipeline_model_parallel_world_size", "cpu")]

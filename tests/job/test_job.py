@@ -61,7 +61,7 @@ def test_merged_report_is_one_view_with_the_odd_rank_named() -> None:
         _entry("2", 12, "applied", "cuda", 5),
         {"pid": 9, "rank": None, "records": [PatchRecord("m.f", "m.f", "cpu", "x", Status.WAITING).as_dict()]},
     ]
-    text = job_merge.merge_reports(entries)
+    text = job_merge.merge_reports(entries, width=200)  # (wide: the test reads whole lines)
     assert text.startswith(
         "fl_patch report, merged over 3 process(es) (ranks 0-2; 1 more imported no registered target)"
     )

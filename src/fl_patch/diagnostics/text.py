@@ -177,12 +177,7 @@ def check_text(report: CheckReport, *, full: bool, width: int) -> str:
             lines += wrap(f"pack {name}: {len(rows)} checked: {counts_text(r.level for r in rows)}", width)
             shared = _shared_causes(rows)
             lines += _check_rows(rows, width, shared=set(shared))
-            for note, count_rows in sorted(shared.items(), key=lambda item: -len(item[1])):
-                targets = sorted({r.target for r in count_rows})
-                lines += wrap(note, width, "  ", "    ")
-                lines += wrap(
-                    f"(the same for {len(count_rows)} registrations: {', '.join(targets[:3])}, ...)", width, "    "
-                )
+            lines += _shared_lines(shared, width)
         for note in report.notes:
             lines += wrap(note, width, "note: ", "  ")
     elif packs:
@@ -191,7 +186,7 @@ def check_text(report: CheckReport, *, full: bool, width: int) -> str:
         failing = [r for rows in packs.values() for r in rows if r.level == "error"]
         if failing:
             lines += wrap("errors in shipped packs:", width)
-            lines += _check_rows(failing, width, shared=set())
+            lines += _shared_rows(failing, width)
         if report.notes:
             lines += wrap(f"({len(report.notes)} note(s) about the packs and this machine: --all shows them)", width)
     if report.activation is not None:
@@ -204,6 +199,23 @@ def check_text(report: CheckReport, *, full: bool, width: int) -> str:
         width,
     )
     return "\n".join(lines) + "\n"
+
+
+def _shared_lines(shared: dict[str, list[CheckResult]], width: int) -> list[str]:
+    """Each cause many rows share, said once with its count and the first targets."""
+    lines: list[str] = []
+    for note, count_rows in sorted(shared.items(), key=lambda item: -len(item[1])):
+        targets = sorted({r.target for r in count_rows})
+        lines += wrap(note, width, "  ", "    ")
+        lines += wrap(f"(the same for {len(count_rows)} registrations: {', '.join(targets[:3])}, ...)", width, "    ")
+    return lines
+
+
+def _shared_rows(rows: Sequence[CheckResult], width: int) -> list[str]:
+    """Rows with a cause of their own in full; causes many rows share once each (megatron-core not installed)."""
+    shared = _shared_causes(rows)
+    alone = [r for r in rows if not all(note in shared for note in _notes(r))]
+    return (_check_rows(alone, width, shared=set(shared)) if alone else []) + _shared_lines(shared, width)
 
 
 def _shared_causes(rows: Sequence[CheckResult]) -> dict[str, list[CheckResult]]:
