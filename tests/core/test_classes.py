@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+import fl_patch
+from fl_patch import Status
+
 from ..conftest import clean_env
 
 PROBE = Path(__file__).resolve().parents[1] / "support" / "plugins" / "fltest_idioms" / "probe.py"
@@ -44,3 +47,18 @@ def test_megatron_idioms_keep_working_with_class_impls(run_python, tmp_path: Pat
     assert patched["gelu_calls"] == 1 and patched["gelu_doubled"] is True and patched["gelu_through_name"] is True
     # The name stays the upstream class: isinstance/issubclass, pickling by name, fl_patch.original.
     assert patched["isinstance"] is True and patched["pickled"] is True and patched["name_is_upstream"] is True
+
+
+PROTOCOL = "megatron.core.transformer.mlp.LinearFc1Builder"  # class LinearFc1Builder(Protocol), not runtime_checkable
+
+
+def test_a_subclass_of_a_protocol_that_is_not_runtime_checkable_is_applied(megatron_core, engine) -> None:
+    from megatron.core.transformer import mlp
+
+    upstream = mlp.LinearFc1Builder
+    fl_patch.register(PROTOCOL, "fltest_idioms.typing_classes.LinearFc1Builder")
+    fl_patch.install()
+    (record,) = [r for r in fl_patch.report() if r.target == PROTOCOL]
+    # issubclass(impl, Protocol) raises TypeError: the engine reads the MRO instead of refusing the impl.
+    assert record.status is Status.APPLIED, record.detail
+    assert mlp.LinearFc1Builder is upstream and fl_patch.original(PROTOCOL) is upstream

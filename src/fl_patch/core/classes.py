@@ -232,7 +232,7 @@ def _class_level_members(original: type, impl: type) -> tuple[list[tuple[str, ob
     notes: list[str] = []
     seen: set[str] = set()
     for klass in impl.__mro__:
-        if klass is original or not issubclass(klass, original):
+        if klass is original or original not in klass.__mro__:  # (issubclass() raises for a Protocol)
             break
         for name, value in list(vars(klass).items()):
             if name in seen:
