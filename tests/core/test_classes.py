@@ -62,3 +62,20 @@ def test_a_subclass_of_a_protocol_that_is_not_runtime_checkable_is_applied(megat
     # issubclass(impl, Protocol) raises TypeError: the engine reads the MRO instead of refusing the impl.
     assert record.status is Status.APPLIED, record.detail
     assert mlp.LinearFc1Builder is upstream and fl_patch.original(PROTOCOL) is upstream
+
+
+TYPEDDICT = "megatron.core.optimizer_param_scheduler.ParamGroupOverride"  # class ParamGroupOverride(TypedDict)
+
+
+def test_a_typeddict_target_is_refused_naming_the_cause(megatron_core, engine) -> None:
+    from megatron.core import optimizer_param_scheduler
+
+    upstream = optimizer_param_scheduler.ParamGroupOverride
+    fl_patch.register(TYPEDDICT, "fltest_idioms.typing_classes.ParamGroupOverride")
+    with pytest.warns(UserWarning, match="TypedDict"):
+        fl_patch.install()
+    (record,) = [r for r in fl_patch.report() if r.target == TYPEDDICT]
+    # Not "does not subclass": the impl does, as far as a TypedDict can; the cause is what a TypedDict is.
+    assert record.status is Status.IMPL_FAILED
+    assert "is a TypedDict: its instances are plain dicts" in record.detail
+    assert optimizer_param_scheduler.ParamGroupOverride is upstream

@@ -26,6 +26,7 @@ import functools
 import inspect
 import sys
 import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -229,6 +230,9 @@ def kind_problem(resolved: Resolved, impl: object) -> str | None:
             return f"the target is a class, the impl a {type(impl).__name__}"
         if impl is raw:
             return "the impl is the target class itself"
+        if typing.is_typeddict(raw):
+            # (its "subclass" has bases (dict,): no class to redirect; calling the name gives a plain dict)
+            return "the target is a TypedDict: its instances are plain dicts, so no class can replace it"
         # Read off the MRO, not issubclass(): a Protocol that is not runtime_checkable, or a TypedDict,
         # raises on issubclass() instead of answering (megatron has 33 Protocols and a TypedDict).
         if raw not in impl.__mro__:
