@@ -79,3 +79,21 @@ def test_a_typeddict_target_is_refused_naming_the_cause(megatron_core, engine) -
     assert record.status is Status.IMPL_FAILED
     assert "is a TypedDict: its instances are plain dicts" in record.detail
     assert optimizer_param_scheduler.ParamGroupOverride is upstream
+
+
+BUILDER = "megatron.core.datasets.blended_megatron_dataset_builder.BlendedMegatronDatasetBuilder"
+
+
+def test_a_class_whose_init_has_a_parameter_named_cls_is_redirected(megatron_core, engine) -> None:
+    import inspect
+
+    from megatron.core.datasets import blended_megatron_dataset_builder as module
+
+    assert "cls" in inspect.signature(module.BlendedMegatronDatasetBuilder).parameters
+    fl_patch.register(BUILDER, "fltest_idioms.builders.BlendedMegatronDatasetBuilder")
+    fl_patch.install()
+    (record,) = [r for r in fl_patch.report() if r.target == BUILDER]
+    # fl_patch's __new__ shows what Name(...) takes, behind its own receiver: that receiver's name must not
+    # collide with upstream's parameter cls (ValueError "duplicate parameter name", the class left unpatched).
+    assert record.status is Status.APPLIED, record.detail
+    assert module.BlendedMegatronDatasetBuilder is fl_patch.original(BUILDER)

@@ -215,7 +215,10 @@ def _signature_of(cls: type, *, receiver: bool) -> inspect.Signature | None:
         return None
     if not receiver:
         return signature
-    first = inspect.Parameter("cls", inspect.Parameter.POSITIONAL_ONLY)
+    name = "cls"
+    while name in signature.parameters:  # (BlendedMegatronDatasetBuilder.__init__ has a parameter named cls)
+        name = f"_{name}"
+    first = inspect.Parameter(name, inspect.Parameter.POSITIONAL_ONLY)
     return signature.replace(parameters=[first, *signature.parameters.values()])
 
 
