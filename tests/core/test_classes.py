@@ -97,3 +97,24 @@ def test_a_class_whose_init_has_a_parameter_named_cls_is_redirected(megatron_cor
     # collide with upstream's parameter cls (ValueError "duplicate parameter name", the class left unpatched).
     assert record.status is Status.APPLIED, record.detail
     assert module.BlendedMegatronDatasetBuilder is fl_patch.original(BUILDER)
+
+
+SCALER = "megatron.core.optimizer.grad_scaler.DynamicGradScaler"
+
+
+def test_an_impl_that_defines_no_init_shows_upstreams_signature_at_the_name(megatron_core, engine) -> None:
+    import inspect
+
+    from megatron.core.optimizer import grad_scaler
+
+    before = inspect.signature(grad_scaler.DynamicGradScaler)
+    fl_patch.register(SCALER, "fltest_idioms.builders.DynamicGradScaler")
+    fl_patch.install()
+    (record,) = [r for r in fl_patch.report() if r.target == SCALER]
+    assert record.status is Status.APPLIED, record.detail
+    # inspect.signature(Name) reads fl_patch's __new__: it must show what Name(...) takes (upstream's __init__,
+    # inherited by the impl), not the redirect's own (*args, **kwargs).
+    assert inspect.signature(grad_scaler.DynamicGradScaler) == before
+    assert "initial_scale" in before.parameters
+    fl_patch.uninstall()
+    assert inspect.signature(grad_scaler.DynamicGradScaler) == before

@@ -109,6 +109,8 @@ def redirect(original: type, impl: type) -> tuple[list[ClassChange], list[str]]:
     ``impl`` subclasses ``original`` (checked by the caller). Nothing is changed when this raises.
     """
     members, notes = _class_level_members(original, impl)
+    # (read before ours is set: an impl that defines no __init__/__new__ would show ours, (*args, **kwargs))
+    impl_signature = _signature_of(impl, receiver=True)
     current = vars(original).get("__new__", ABSENT)
     state = _state_of(current)
     if state is None:
@@ -126,7 +128,7 @@ def redirect(original: type, impl: type) -> tuple[list[ClassChange], list[str]]:
         undo(original, changes)
         raise ClassImplError(f"cannot set {exc}") from None
     state.impl = impl
-    _face(new, _signature_of(impl, receiver=True))
+    _face(new, impl_signature)
     return changes, notes
 
 
