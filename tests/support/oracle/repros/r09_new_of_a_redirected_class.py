@@ -18,7 +18,9 @@ import types
 
 import fl_patch
 
-CLS = "megatron.core.dist_checkpointing.strategies.checkpointable.LocalShardsContainer"  # def __new__(cls, local_shards)
+CLS = (
+    "megatron.core.dist_checkpointing.strategies.checkpointable.LocalShardsContainer"  # def __new__(cls, local_shards)
+)
 NEW = CLS + ".__new__"
 
 
@@ -44,7 +46,9 @@ if __name__ == "__main__":
     upstream = checkpointable.LocalShardsContainer
     built = type(upstream.__new__(upstream, [torch.ones(2)]))
     if built is upstream:
-        bad.append(f"{CLS}(...) builds the upstream class, not the impl: the class patch is lost though reported applied")
+        bad.append(
+            f"{CLS}(...) builds the upstream class, not the impl: the class patch is lost though reported applied"
+        )
     for line in bad:
         print("DEFECT:", line[:400])
     if not bad:
