@@ -9,8 +9,9 @@ A method target ``Name.__new__`` registered too then resolves to that function
 ``core/kinds.py`` ``decide`` refuses the impl ("the target takes *args; the impl does not"), and
 upstream's ``__new__`` keeps running (seen in the demo); or the ``__new__`` patch is
 installed at ``vars(Name)["__new__"]`` over the redirect: both report ``applied`` and ``Name(...)`` builds
-the upstream class again (the class patch silently lost).  Registered in either order, this file sees the second. 6 targets in the demo's modules (``WrappedTorchNorm``,
-``TENorm``, ``StragglerDetector``, ``GTPShardedParam``, two checkpointable tensor classes).
+the upstream class again (the class patch silently lost). Registered in either order, this file sees
+the second. 6 targets in the demo's modules (``WrappedTorchNorm``, ``TENorm``, ``StragglerDetector``,
+``GTPShardedParam``, two checkpointable tensor classes).
 """
 
 import sys
