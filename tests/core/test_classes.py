@@ -118,3 +118,25 @@ def test_an_impl_that_defines_no_init_shows_upstreams_signature_at_the_name(mega
     assert "initial_scale" in before.parameters
     fl_patch.uninstall()
     assert inspect.signature(grad_scaler.DynamicGradScaler) == before
+
+
+SHARDS = "megatron.core.dist_checkpointing.strategies.checkpointable.LocalShardsContainer"
+
+
+def test_a_new_patch_never_removes_the_redirect_of_its_class(megatron_core, engine) -> None:
+    import torch
+    from megatron.core.dist_checkpointing.strategies import checkpointable
+
+    from fltest_idioms import builders
+
+    upstream = checkpointable.LocalShardsContainer
+    fl_patch.register(SHARDS, "fltest_idioms.builders.LocalShardsContainer")
+    fl_patch.register(f"{SHARDS}.__new__", "fltest_idioms.builders.local_shards_new")
+    with pytest.warns(UserWarning, match="redirect"):
+        fl_patch.install()
+    records = {r.target: r for r in fl_patch.report() if r.target.startswith(SHARDS)}
+    assert records[SHARDS].status is Status.APPLIED
+    # The class patch owns vars(LocalShardsContainer)["__new__"] (its redirect): a __new__ patch put there
+    # would remove it, both reported applied, LocalShardsContainer(...) building upstream's class again.
+    assert records[f"{SHARDS}.__new__"].status is Status.IMPL_FAILED
+    assert type(upstream.__new__(upstream, [torch.ones(2)])) is builders.LocalShardsContainer
