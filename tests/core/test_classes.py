@@ -125,9 +125,8 @@ SHARDS = "megatron.core.dist_checkpointing.strategies.checkpointable.LocalShards
 
 def test_a_new_patch_never_removes_the_redirect_of_its_class(megatron_core, engine) -> None:
     import torch
-    from megatron.core.dist_checkpointing.strategies import checkpointable
-
     from fltest_idioms import builders
+    from megatron.core.dist_checkpointing.strategies import checkpointable
 
     upstream = checkpointable.LocalShardsContainer
     fl_patch.register(SHARDS, "fltest_idioms.builders.LocalShardsContainer")
