@@ -326,6 +326,9 @@ def part_unit(args: argparse.Namespace, selection: Selection) -> dict[str, Any]:
     deps = args.deps_dir.resolve()
     mut._ensure_deps(args.install_deps, deps)
     files = mut.test_files(root / "tests" / "unit_tests", mut.SUBSETS[args.subset])
+    if args.files:  # a part of the selection (a machine too busy for all of it): paths below tests/unit_tests
+        unit_tests = root / "tests" / "unit_tests"
+        files = [f for f in files if f.relative_to(unit_tests).as_posix().startswith(tuple(args.files.split(",")))]
     out = args.json or REPO / "docs" / f"oracle_unit_ws{args.nproc}.json"
     work = Path(tempfile.mkdtemp(prefix="oracle-unit-"))
     checkout_catalogue = work / "oracle_targets_checkout.json"
@@ -372,6 +375,7 @@ def part_unit(args: argparse.Namespace, selection: Selection) -> dict[str, Any]:
             "megatron_lm_rev": mut._commit(root),
             "checkout_catalogue": scanned,
             "files": len(files),
+            "files_filter": args.files,
             "files_done": len(per_file),
             "seconds_so_far": round(time.perf_counter() - started, 1),
             "passed_without": len(passed_without),
@@ -559,6 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=float, default=600, help="pretrain: seconds a run may take")
     p.add_argument("--nproc", type=int, default=1, help="unit: world size")
     p.add_argument("--subset", default="default", help="unit: a subset of bench/megatron_unit_tests.py")
+    p.add_argument("--files", default="", help="unit: only the subset's files starting with these (comma-separated)")
     p.add_argument("--deps-dir", type=Path, default=REPO / ".cache" / "megatron-lm-test-deps", help="unit: test deps")
     p.add_argument("--install-deps", action="store_true", help="unit: pip install Megatron-LM's test deps there")
     p.add_argument("--per-test-timeout", type=int, default=120)

@@ -105,3 +105,95 @@ def test_a_factory_class_impl_runs_its_own_new_and_upstreams_stays_reachable(meg
     assert type(classes.upstream_new(WrappedTorchNorm)(WrappedTorchNorm, rms, 8)) is torch.nn.RMSNorm
     fl_patch.uninstall()
     assert type(WrappedTorchNorm(rms, 8)) is torch.nn.RMSNorm
+
+
+PROTOCOL = "megatron.core.transformer.mlp.LinearFc1Builder"  # class LinearFc1Builder(Protocol), not runtime_checkable
+
+
+def test_a_subclass_of_a_protocol_that_is_not_runtime_checkable_is_applied(megatron_core, engine) -> None:
+    from megatron.core.transformer import mlp
+
+    upstream = mlp.LinearFc1Builder
+    fl_patch.register(PROTOCOL, "fltest_idioms.typing_classes.LinearFc1Builder")
+    fl_patch.install()
+    (record,) = [r for r in fl_patch.report() if r.target == PROTOCOL]
+    # issubclass(impl, Protocol) raises TypeError: the engine reads the MRO instead of refusing the impl.
+    assert record.status is Status.APPLIED, record.detail
+    assert mlp.LinearFc1Builder is upstream and fl_patch.original(PROTOCOL) is upstream
+
+
+TYPEDDICT = "megatron.core.optimizer_param_scheduler.ParamGroupOverride"  # class ParamGroupOverride(TypedDict)
+
+
+def test_a_typeddict_target_is_refused_naming_the_cause(megatron_core, engine) -> None:
+    from megatron.core import optimizer_param_scheduler
+
+    upstream = optimizer_param_scheduler.ParamGroupOverride
+    fl_patch.register(TYPEDDICT, "fltest_idioms.typing_classes.ParamGroupOverride")
+    with pytest.warns(UserWarning, match="TypedDict"):
+        fl_patch.install()
+    (record,) = [r for r in fl_patch.report() if r.target == TYPEDDICT]
+    # Not "does not subclass": the impl does, as far as a TypedDict can; the cause is what a TypedDict is.
+    assert record.status is Status.IMPL_FAILED
+    assert "is a TypedDict: its instances are plain dicts" in record.detail
+    assert optimizer_param_scheduler.ParamGroupOverride is upstream
+
+
+BUILDER = "megatron.core.datasets.blended_megatron_dataset_builder.BlendedMegatronDatasetBuilder"
+
+
+def test_a_class_whose_init_has_a_parameter_named_cls_is_redirected(megatron_core, engine) -> None:
+    import inspect
+
+    from megatron.core.datasets import blended_megatron_dataset_builder as module
+
+    assert "cls" in inspect.signature(module.BlendedMegatronDatasetBuilder).parameters
+    fl_patch.register(BUILDER, "fltest_idioms.builders.BlendedMegatronDatasetBuilder")
+    fl_patch.install()
+    (record,) = [r for r in fl_patch.report() if r.target == BUILDER]
+    # fl_patch's __new__ shows what Name(...) takes, behind its own receiver: that receiver's name must not
+    # collide with upstream's parameter cls (ValueError "duplicate parameter name", the class left unpatched).
+    assert record.status is Status.APPLIED, record.detail
+    assert module.BlendedMegatronDatasetBuilder is fl_patch.original(BUILDER)
+
+
+SCALER = "megatron.core.optimizer.grad_scaler.DynamicGradScaler"
+
+
+def test_an_impl_that_defines_no_init_shows_upstreams_signature_at_the_name(megatron_core, engine) -> None:
+    import inspect
+
+    from megatron.core.optimizer import grad_scaler
+
+    before = inspect.signature(grad_scaler.DynamicGradScaler)
+    fl_patch.register(SCALER, "fltest_idioms.builders.DynamicGradScaler")
+    fl_patch.install()
+    (record,) = [r for r in fl_patch.report() if r.target == SCALER]
+    assert record.status is Status.APPLIED, record.detail
+    # inspect.signature(Name) reads fl_patch's __new__: it must show what Name(...) takes (upstream's __init__,
+    # inherited by the impl), not the redirect's own (*args, **kwargs).
+    assert inspect.signature(grad_scaler.DynamicGradScaler) == before
+    assert "initial_scale" in before.parameters
+    fl_patch.uninstall()
+    assert inspect.signature(grad_scaler.DynamicGradScaler) == before
+
+
+SHARDS = "megatron.core.dist_checkpointing.strategies.checkpointable.LocalShardsContainer"
+
+
+def test_a_new_patch_never_removes_the_redirect_of_its_class(megatron_core, engine) -> None:
+    import torch
+    from fltest_idioms import builders
+    from megatron.core.dist_checkpointing.strategies import checkpointable
+
+    upstream = checkpointable.LocalShardsContainer
+    fl_patch.register(SHARDS, "fltest_idioms.builders.LocalShardsContainer")
+    fl_patch.register(f"{SHARDS}.__new__", "fltest_idioms.builders.local_shards_new")
+    with pytest.warns(UserWarning, match="redirect"):
+        fl_patch.install()
+    records = {r.target: r for r in fl_patch.report() if r.target.startswith(SHARDS)}
+    assert records[SHARDS].status is Status.APPLIED
+    # The class patch owns vars(LocalShardsContainer)["__new__"] (its redirect): a __new__ patch put there
+    # would remove it, both reported applied, LocalShardsContainer(...) building upstream's class again.
+    assert records[f"{SHARDS}.__new__"].status is Status.IMPL_FAILED
+    assert type(upstream.__new__(upstream, [torch.ones(2)])) is builders.LocalShardsContainer

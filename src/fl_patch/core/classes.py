@@ -144,6 +144,8 @@ def redirect(original: type, impl: type) -> tuple[list[ClassChange], list[str]]:
     ``impl`` subclasses ``original`` (checked by the caller). Nothing is changed when this raises.
     """
     members, notes = _class_level_members(original, impl)
+    # (read before ours is set: an impl that defines no __init__/__new__ would show ours, (*args, **kwargs))
+    impl_signature = _signature_of(impl, receiver=True)
     current = vars(original).get("__new__", ABSENT)
     state = _state_of(current)
     if state is None:
@@ -161,7 +163,7 @@ def redirect(original: type, impl: type) -> tuple[list[ClassChange], list[str]]:
         undo(original, changes)
         raise ClassImplError(f"cannot set {exc}") from None
     state.build(impl, original)
-    _face(new, _signature_of(impl, receiver=True))
+    _face(new, impl_signature)
     return changes, notes
 
 
@@ -276,7 +278,10 @@ def _signature_of(cls: type, *, receiver: bool) -> inspect.Signature | None:
         return None
     if not receiver:
         return signature
-    first = inspect.Parameter("cls", inspect.Parameter.POSITIONAL_ONLY)
+    name = "cls"
+    while name in signature.parameters:  # (BlendedMegatronDatasetBuilder.__init__ has a parameter named cls)
+        name = f"_{name}"
+    first = inspect.Parameter(name, inspect.Parameter.POSITIONAL_ONLY)
     return signature.replace(parameters=[first, *signature.parameters.values()])
 
 
@@ -293,7 +298,7 @@ def _class_level_members(original: type, impl: type) -> tuple[list[tuple[str, ob
     notes: list[str] = []
     seen: set[str] = set()
     for klass in impl.__mro__:
-        if klass is original or not issubclass(klass, original):
+        if klass is original or original not in klass.__mro__:  # (issubclass() raises for a Protocol)
             break
         for name, value in list(vars(klass).items()):
             if name in seen:

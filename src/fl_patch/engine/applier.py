@@ -418,7 +418,7 @@ def _stale_subclass(impl: object, current: object, registration: Registration) -
         and isinstance(impl, type)
         and isinstance(current, type)
         and impl is not current
-        and not issubclass(impl, current)
+        and current not in impl.__mro__  # (not issubclass(): a non-runtime Protocol raises there)
         and any(
             base.__qualname__ == current.__qualname__ and base.__module__ == current.__module__ for base in impl.__mro__
         )

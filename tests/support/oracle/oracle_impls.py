@@ -18,7 +18,7 @@ What a copy is, per form (``build``):
 * class: a subclass that adds nothing (``__slots__ = ()``, same name and doc, the same type parameters
   for a generic class; made by ``types.new_class`` so the metaclass's ``__prepare__`` runs), whose ``__module__``/``__qualname__``
   are this module and its impl name, so pickle finds it here. A class whose design refuses a
-  subclass (an Enum with members, ``__init_subclass__`` that needs arguments) raises; the scanner
+  subclass (an Enum with members, ``__init_subclass__`` that needs arguments, a TypedDict) raises; the scanner
   records that as the entry's skip reason, so it is never registered.
 
 Only fl_patch's public API is used (``fl_patch.original``), so the oracle runs unchanged on any
@@ -32,6 +32,7 @@ import importlib
 import sys
 import time
 import types
+import typing
 from typing import Any
 
 from oracle_catalogue import parse_impl_name
@@ -84,6 +85,9 @@ def copy_class(original: type, name: str) -> type:
 
     A generic class (``class ModelBuilder(Generic[M, C])``) is subclassed as ``original[M, C]``, so
     that the copy has the same type parameters and can be subscripted as the original can."""
+    if typing.is_typeddict(original):
+        # its "subclass" has bases (dict,), and calling either gives a plain dict: there is no class to copy
+        raise TypeError("a TypedDict: a subclass of it is not a subclass at run time (its instances are dicts)")
     parameters = getattr(original, "__parameters__", ())
     base: Any = original[parameters if len(parameters) > 1 else parameters[0]] if parameters else original  # type: ignore[index]
 
