@@ -47,7 +47,9 @@ TARGETS = [t for t, *_ in cuda_on_cpu_registry.TORCH_TARGETS] + ["torch.cuda.man
 before = {target: _own(target) for target in TARGETS}
 # Until megatron loads, torch.cuda.set_device is fl_patch's stand-in (activation/cuda_use.py), which puts torch's
 # own back when the packs load: torch's own (its __wrapped__) is what uninstall() must leave there.
-before["torch.cuda.set_device"] = getattr(before["torch.cuda.set_device"], "__wrapped__", before["torch.cuda.set_device"])
+before["torch.cuda.set_device"] = getattr(
+    before["torch.cuda.set_device"], "__wrapped__", before["torch.cuda.set_device"]
+)
 
 import megatron.core  # noqa: E402,F401  (fl_patch installs at the first megatron import)
 
