@@ -54,35 +54,6 @@ def test_megatron_idioms_keep_working_with_class_impls(run_python, tmp_path: Pat
     assert patched["isinstance"] is True and patched["pickled"] is True and patched["name_is_upstream"] is True
 
 
-def test_a_factory_class_s_replacement_runs_its_own_new() -> None:
-    """Upstream's factory classes (``WrappedTorchNorm``) define ``__new__`` and return another module;
-    a replacement that overrides ``__new__`` must have its own run, and undo restores upstream's."""
-    from fl_patch.core import classes
-
-    class Built:
-        def __init__(self, who: str) -> None:
-            self.who = who
-
-    class Factory:
-        def __new__(cls, size: int) -> Built:  # type: ignore[misc]
-            return Built(f"upstream {size}")
-
-    class Mine(Factory):
-        def __new__(cls, size: int) -> Built:  # type: ignore[misc]
-            return Built(f"mine {size}")
-
-    class Plain(Factory):  # no __new__ of its own: upstream's factory still builds
-        pass
-
-    changes, _ = classes.redirect(Factory, Mine)
-    assert Factory(3).who == "mine 3"  # type: ignore[attr-defined]
-    classes.undo(Factory, changes)
-    assert Factory(3).who == "upstream 3"  # type: ignore[attr-defined]
-    changes, _ = classes.redirect(Factory, Plain)
-    assert Factory(4).who == "upstream 4"  # type: ignore[attr-defined]
-    classes.undo(Factory, changes)
-
-
 @pytest.mark.parametrize("impl", ["WrappedTorchNorm", "SuperWrappedTorchNorm"])
 def test_a_factory_class_impl_runs_its_own_new_and_upstreams_stays_reachable(megatron_core, engine, impl) -> None:
     import torch
