@@ -14,7 +14,8 @@
 #              seeds (read by SM family), and no seeds at all (FL_GEMS_AUTOTUNE_SEED=0: the tuning budget bounds it)
 #   tests_curves  the fp8 loss-curve and CUDA-graph GPU tests (small GPT, 150 / 60 steps)
 #   curves131, curves281  loss curves on fresh Markov data (1.31B and 2.81B at seq 1024, 4 sequences a step), bf16,
-#              fp8 tensorwise and fp32 (FP8_CURVE_STEPS, FP8_FP32_STEPS: fp32 is 10x slower, so fewer steps)
+#              fp8 tensorwise and fp32 (FP8_CURVE_STEPS; FP8_FP32_STEPS for the 1.31B, FP8_FP32_STEPS_281 for the
+#              2.81B, default 0: fp32 is 10-20x slower, so fewer steps)
 #   example    examples/train_gpt_gpu.py (the user's recipe: graph, capture stream, graph-safe RNG, fp8), 4 layers, 8 steps
 #   pretrain   Megatron-LM's own pretrain_gpt.py (core_v0.19.0 in $MEGATRON_LM), TE spec, no TE, --fp8-format hybrid
 #              --fp8-recipe tensorwise, and --fp8-recipe mxfp8 (refused by name at build)
@@ -115,12 +116,13 @@ for s in $STAGES; do
     curves131|curves281)
       if [ $s = curves131 ]; then model=(--preset llama131); name=l131; else model=("${m281[@]}"); name=b3; fi
       steps=${FP8_CURVE_STEPS:-150}; fp32_steps=${FP8_FP32_STEPS:-60}
+      [ $s = curves281 ] && fp32_steps=${FP8_FP32_STEPS_281:-0}  # 0: no fp32 run (about 4 s a step at 2.81B)
       fits ${FP8_CURVE_NEEDS:-200} "$s" || continue
       curve=(--spec te --seq 1024 --mbs 4 --fresh-data --manual-gc)
       stage "$s" bash -c "$(declare -f run); $(declare -p gpt pack RUNS model curve steps fp32_steps name); RUNS=$CURVES; \
         run \${name}_curve_bf16 200 \"\${model[@]}\" \"\${curve[@]}\" --steps \$steps; \
         run \${name}_curve_fp8 200 \"\${model[@]}\" \"\${curve[@]}\" --steps \$steps --fp8 hybrid --fp8-recipe tensorwise; \
-        run \${name}_curve_fp32 240 \"\${model[@]}\" \"\${curve[@]}\" --steps \$fp32_steps --fp32" ;;
+        [ \$fp32_steps -gt 0 ] && run \${name}_curve_fp32 240 \"\${model[@]}\" \"\${curve[@]}\" --steps \$fp32_steps --fp32" ;;
     pretrain)  # upstream's pretrain_gpt.py (MEGATRON_LM: a core_v0.19.0 checkout's pretrain_gpt.py, gpt_builders.py,
       # model_provider.py), under python -m fl_patch, one GPU, TE spec (its default), no TE installed
       fits 100 pretrain || continue

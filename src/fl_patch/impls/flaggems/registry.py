@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from fl_patch import PatchDoc, register
 from fl_patch.impls.conditions import APEX_AND_TE_ABSENT, TE_ABSENT
+from fl_patch.impls.cpu.registry import COMPILE_HELPERS
 from fl_patch.impls.te import registry as te_pack
 from fl_patch.impls.without_te import registry as without_te_pack
 
@@ -329,3 +330,12 @@ def register_pack() -> None:
     #    gradient_accumulation_fusion without Apex's extension: one cuBLAS call here).
     te_pack.register_pack(vendor=FLAGGEMS)
     without_te_pack.register_pack(vendor=FLAGGEMS)
+
+    # -- The megatron-core wheel on a GPU machine: compile_helpers runs `make` where the wheel ships no Makefile and
+    #    sys.exit(1)s (pretrain_gpt.py's rank 0 calls it at start-up). The CPU pack's impl, for this vendor too.
+    register(
+        target="megatron.core.datasets.utils.compile_helpers",
+        impl="fl_patch.impls.cpu.without_extensions.compile_helpers",
+        vendor=FLAGGEMS,
+        doc=COMPILE_HELPERS,
+    )
