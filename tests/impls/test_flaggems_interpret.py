@@ -332,3 +332,47 @@ def test_moe_permutation_kernels_inside_real_megatron_core(run_python) -> None:
         assert r["fp32"][key] <= 1e-6 and r["bf16"][key] <= 2**-7, (key, r["fp32"], r["bf16"])
     assert r["fp32"]["unpermute_excess_error"] <= 1e-7 and r["bf16"]["unpermute_excess_error"] <= 2**-8, r
     assert all(run["max_diff"] <= 1e-6 for run in r["trained"].values()), r["trained"]
+
+
+_ROPE_FUSION = """
+import json, fl_patch
+fl_patch.install()
+import torch
+from megatron.core.models.common.embeddings import rope_utils
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+def config(fused):
+    return TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, apply_rope_fusion=fused,
+                             use_cpu_initialization=True)
+
+torch.distributed.init_process_group("gloo", init_method="tcp://127.0.0.1:" + __import__("os").environ["GEMS_PORT"],
+                                     rank=0, world_size=1)
+out = {"kernel_code": rope_utils.fused_apply_rotary_pos_emb.__code__.co_filename.endswith("flaggems/rope.py")}
+torch.manual_seed(0)
+for interleaved in (False, True):
+    t = torch.randn(12, 2, 4, 16, requires_grad=True)
+    freqs = torch.randn(16, 1, 1, 8)  # longer than the sequence, a rotary part narrower than the head, as megatron's
+    dy = torch.randn(12, 2, 4, 16)
+    if interleaved:  # TransformerConfig takes rotary_interleaved with fusion only from TE 2.3: the function itself
+        fused = rope_utils.fused_apply_rotary_pos_emb(t, freqs, interleaved=True)
+    else:  # through megatron's own call, the config accepted
+        fused = rope_utils.apply_rotary_pos_emb(t, freqs, config(True), cp_group=torch.distributed.group.WORLD)
+    (gf,) = torch.autograd.grad(fused, t, dy)
+    plain = fl_patch.original(
+        "megatron.core.models.common.embeddings.rope_utils._apply_rotary_pos_emb_bshd")(t, freqs[:12], interleaved)
+    (gp,) = torch.autograd.grad(plain, t, dy)
+    out[str(interleaved)] = [(fused - plain).abs().max().item(), (gf - gp).abs().max().item()]
+print(json.dumps(out))
+"""
+
+
+def test_te_fused_rope_is_served_on_the_kernel_and_computes_upstreams_rope(run_python) -> None:
+    """apply_rope_fusion=True (Megatron-LM's default) without TE: TransformerConfig takes it, and TE's fused RoPE name
+    runs the pack's kernel, equal forward and backward to upstream's unfused bshd RoPE (plain and interleaved)."""
+    env = _env(MG_FL_PREFER="flaggems", GEMS_PORT=str(30300 + os.getpid() % 90))
+    proc = run_python("-c", _ROPE_FUSION, env=env, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["kernel_code"], out
+    for interleaved in ("False", "True"):
+        assert max(out[interleaved]) < 1e-5, out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fl_patch import PatchDoc, register
 from fl_patch.impls.conditions import APEX_AND_TE_ABSENT, TE_ABSENT
-from fl_patch.impls.cpu.registry import COMPILE_HELPERS
+from fl_patch.impls.cpu.registry import COMPILE_HELPERS, ROPE_FUSION
 from fl_patch.impls.te import registry as te_pack
 from fl_patch.impls.without_te import registry as without_te_pack
 
@@ -23,6 +23,7 @@ __all__ = [
     "FP8_PATCHES",
     "OPTIMIZER_PATCHES",
     "PATCHES",
+    "ROPE_FUSION_CREATED",
     "TE_PATCHES",
     "register_pack",
 ]
@@ -302,6 +303,19 @@ FP8_CREATED_FROM_018: tuple[tuple[str, str, PatchDoc], ...] = (
 )
 
 
+_ROPE_UTILS = "megatron.core.models.common.embeddings.rope_utils"
+ROPE_FUSION_CREATED = [
+    # apply_rope_fusion=True (Megatron-LM's default) without TE: TE's fused RoPE functions. bshd on the pack's
+    # kernel; packed thd sequences on the CPU pack's plain-torch version (the same function on any device).
+    (f"{_ROPE_UTILS}.fused_apply_rotary_pos_emb", f"{_PACK}.rope.fused_apply_rotary_pos_emb", ROPE_FUSION),
+    (
+        f"{_ROPE_UTILS}.fused_apply_rotary_pos_emb_thd",
+        "fl_patch.impls.cpu.rope.fused_apply_rotary_pos_emb_thd",
+        ROPE_FUSION,
+    ),
+]
+
+
 def register_pack() -> None:
     """The ``flaggems`` pack (``fl_patch.impls.PACKS``): every registration, for vendor ``flaggems``."""
     # -- The local spec's hot ops, and the names the pack creates.
@@ -321,6 +335,8 @@ def register_pack() -> None:
         for target, impl, doc in (*TE_PATCHES, *FP8_PATCHES):
             register(target=target, impl=impl, vendor=FLAGGEMS, doc=doc)
         for target, impl, doc in FP8_CREATED:
+            register(target=target, impl=impl, vendor=FLAGGEMS, create=True, doc=doc)
+        for target, impl, doc in ROPE_FUSION_CREATED:
             register(target=target, impl=impl, vendor=FLAGGEMS, create=True, doc=doc)
         for target, impl, doc in FP8_CREATED_FROM_018:
             register(target=target, impl=impl, vendor=FLAGGEMS, create=True, doc=doc, requires="megatron-core>=0.18")

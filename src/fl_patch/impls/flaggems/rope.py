@@ -65,6 +65,7 @@ __all__ = [
     "TARGET",
     "apply_fused_qkv_rotary_pos_emb",
     "apply_rotary_pos_emb",
+    "fused_apply_rotary_pos_emb",
 ]
 
 TARGET = "megatron.core.models.common.embeddings.rope_utils.apply_rotary_pos_emb"
@@ -76,7 +77,7 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def _reason(t: torch.Tensor, freqs: torch.Tensor, config: TransformerConfig, cu_seqlens: object) -> str | None:
     if config.apply_rope_fusion:
-        return "apply_rope_fusion=True (TE's fused RoPE)"
+        return "apply_rope_fusion=True (upstream's fused branch: the pack's fused_apply_rotary_pos_emb)"
     if cu_seqlens is not None:
         return "packed sequences (cu_seqlens, thd layout)"
     if t.dim() != 4 or freqs.dim() != 4:
@@ -122,6 +123,41 @@ def apply_rotary_pos_emb(
         rot = freqs.shape[-1]
         t = torch.cat((t[..., 0:rot:2], t[..., 1:rot:2], t[..., rot:]), dim=-1)
     return ops.rotary(t, freqs, float(mscale), bool(config.rotary_interleaved))
+
+
+def fused_apply_rotary_pos_emb(
+    t: torch.Tensor, freqs: torch.Tensor, transpose_output_memory: bool = False, interleaved: bool = False
+) -> torch.Tensor:
+    """TE's fused RoPE (``rope_utils.fused_apply_rotary_pos_emb``, None without TE) on the pack's kernel.
+
+    Why: ``apply_rope_fusion=True`` (Megatron-LM's default: ``pretrain_gpt.py`` without ``--no-rope-fusion``)
+    makes ``TransformerConfig`` refuse the config where this name is None ("apply_rope_fusion is not available.
+    Please install TE >= 1.4").
+    How: TE's signature and semantics (t [s, b, h, d], freqs [>= s, 1, 1, rot], no mscale, ``interleaved``;
+    ``transpose_output_memory`` is a memory layout only, ignored as megatron's TE wrapper does): the pack's
+    rotary kernel; where the kernel cannot run, the CPU pack's plain-torch version of the same function, said once.
+    Upstream reference: megatron-core 0.19.2 ``rope_utils.py`` (``apply_rotary_pos_emb``'s fused branch),
+    ``extensions/transformer_engine.py`` (``fused_apply_rotary_pos_emb``).
+    When to drop: when TE is installed (nothing here is registered then).
+    """
+    del transpose_output_memory
+    reason = None
+    if t.dim() != 4 or freqs.dim() != 4 or freqs.shape[1] != 1 or freqs.shape[2] != 1 or freqs.shape[0] < t.shape[0]:
+        reason = f"shapes t {tuple(t.shape)}, freqs {tuple(freqs.shape)} (need [s, b, h, d] and [>= s, 1, 1, rot])"
+    elif freqs.shape[-1] % 2 or freqs.shape[-1] > t.shape[-1] or freqs.shape[-1] == 0:
+        reason = f"rotary width {freqs.shape[-1]} for head dim {t.shape[-1]}"
+    elif freqs.requires_grad:
+        reason = "freqs require grad"
+    elif t.dtype not in _DTYPES:
+        reason = f"dtype {t.dtype}"
+    else:
+        reason = kernel_unavailable(t, freqs)
+    if reason is not None:
+        from fl_patch.impls.cpu import rope as torch_rope
+
+        fallback("rope", f"fused RoPE: {reason}")
+        return torch_rope.fused_apply_rotary_pos_emb(t, freqs, interleaved=interleaved)
+    return ops.rotary(t, freqs[: t.shape[0]], 1.0, bool(interleaved))
 
 
 def apply_fused_qkv_rotary_pos_emb(
