@@ -105,6 +105,46 @@ def test_the_wrapper_is_a_plain_function_and_only_calls_the_impl_while_torch_com
     assert RESULTS.by_target["synthetic.scale"].verdict == "differs"
 
 
+# A bf16 function with cancellation: upstream rounds each product to bf16 and subtracts (its error is the size of a
+# bf16 step of x, against a result 100 times smaller); the impl computes in float32 and rounds once.
+_A, _B = 1.0, 0.99
+
+
+def _cancel_upstream(x: torch.Tensor) -> torch.Tensor:
+    return x * _A - x * _B
+
+
+def _cancel_float32(x: torch.Tensor) -> torch.Tensor:
+    return (x.float() * (_A - _B)).to(x.dtype)
+
+
+def _cancel_doubled(x: torch.Tensor) -> torch.Tensor:
+    return (x.float() * (_A - _B) * 1.5).to(x.dtype)
+
+
+def test_a_16_bit_rounding_difference_matches_after_the_float32_replay_and_a_wrong_result_does_not(
+    compare_on,
+) -> None:
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16).requires_grad_()
+    direct = diff_leaf("output", _cancel_float32(x), _cancel_upstream(x))
+    assert direct is not None and direct.differs  # by the bf16 thresholds alone, a difference
+    good = wrapper.wrap_function("synthetic.cancel", _cancel_float32, _cancel_upstream, Kind.FUNCTION)
+    good(x).sum().backward()
+    result = RESULTS.by_target["synthetic.cancel"]
+    assert result.verdict == "match", result.reasons
+    assert any("no further from upstream run in float32 than upstream's own" in r for r in result.reasons)
+    wrong = wrapper.wrap_function("synthetic.cancel_wrong", _cancel_doubled, _cancel_upstream, Kind.FUNCTION)
+    with pytest.warns(UserWarning, match="against upstream run in float32 its error is"):
+        wrong(x).sum().backward()
+    assert RESULTS.by_target["synthetic.cancel_wrong"].verdict == "differs"
+    # float32 calls are never replayed: the thresholds alone decide
+    y = torch.randn(8, generator=torch.Generator().manual_seed(4))
+    plain = wrapper.wrap_function("synthetic.cancel32", _cancel_doubled, _cancel_upstream, Kind.FUNCTION)
+    with pytest.warns(UserWarning, match="differs from upstream at call 1"):
+        plain(y)
+    assert not any("float32" in r for r in RESULTS.by_target["synthetic.cancel32"].reasons)
+
+
 def test_the_first_n_calls_pay_then_the_impl_alone_runs(compare_on) -> None:
     calls: list[int] = []
 

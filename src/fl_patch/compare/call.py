@@ -14,6 +14,10 @@ The order, for one of the first N calls of a target (``Comparison``):
    through the original's graph and, from the same RNG state and fresh copies, through a second run
    of the impl: the gradients of every input and of the receiver module's parameters are compared.
    Then the program state is put back, and the RNG state is the one the impl left.
+4. Where a 16-bit leaf differs by the dtype's thresholds, the original runs once more on float32 copies of the
+   inputs (a module receiver's 16-bit parameters as float32 leaves, for the call): when each such leaf of the impl
+   is no further from that float32 result than upstream's own bf16 result is (``metrics.rounding_ratios``), the
+   two differ by rounding, not by what they compute, and the leaf is a match with a note saying so.
 
 Inside the original's run, other patched targets run their impls (nested wrappers are quiet while a
 compare runs on the thread): each target is compared against its own upstream, never its callers'.
@@ -35,7 +39,7 @@ import torch
 
 from fl_patch.compare.capture import Inputs, ProgramState, RngState, generators_in, tensors_in
 from fl_patch.compare.guard import Aborted, Communicates, Guard
-from fl_patch.compare.metrics import TensorDiff, diff_leaf
+from fl_patch.compare.metrics import REPLAY_MAX_RATIO, REPLAY_RMSE_RATIO, TensorDiff, diff_leaf, rounding_ratios
 from fl_patch.compare.results import TargetResult
 from fl_patch.core.errors import is_stop_request
 
@@ -147,6 +151,7 @@ class Comparison:
         if state.truncated:
             self.result.note(f"{self.label}more state than the guard walks (some writes may go unseen)")
         spare = _copy_again(prepared.copies)  # pristine inputs for the impl's second run, taken before the original's
+        replay = _copy_again(prepared.copies) if _sixteen_bit(prepared.copies, sides.original_module) else None
         try:
             prepared.rng.restore()
             with Guard(state.storages):
@@ -154,9 +159,12 @@ class Comparison:
                 upstream = sides.original(*prepared.copies[0], **prepared.copies[1])
                 diffs = _outputs(output, upstream) + _changed(prepared, swapped, None)
                 again: tuple[Any, dict[tuple[str, str], torch.Tensor]] | None = None
+                pulled = Pulled({}, _leaves_of(output), _leaves_of(upstream))
                 if torch.is_grad_enabled() and any(t.requires_grad for _, t in tensors_in(output)):
-                    grads, again = self._gradients(call, sides, prepared, spare, output, upstream, state)
+                    grads, again = self._gradients(call, sides, prepared, spare, output, upstream, state, pulled)
                     diffs += grads
+                if replay is not None and any(_replayable(d) for d in diffs):
+                    self._against_float32(sides, prepared, replay, state, pulled, diffs)
                 if any(d.differs for d in diffs) and self._unsteady(sides, prepared, spare, output, again, state):
                     return None
         except Aborted as exc:
@@ -184,6 +192,78 @@ class Comparison:
         changed = state.put_back()
         if changed:
             self.result.note(f"{self.label}the original changed {', '.join(changed[:2])}: put back")
+
+    def _against_float32(
+        self,
+        sides: Sides,
+        prepared: Prepared,
+        replay: Spare,
+        state: ProgramState,
+        pulled: Pulled,
+        diffs: list[TensorDiff],
+    ) -> None:
+        """Step 4: upstream once more in float32; each differing 16-bit leaf whose impl value is no further from it than
+        upstream's own value is, is a rounding difference: a match, said in a note. Anything else stays a difference."""
+        try:
+            self._put_back(state)
+            prepared.rng.restore()
+            args, kwargs = _to_float32(replay.copies[0]), _to_float32(replay.copies[1])
+            params = _float32_parameters(sides.original_module)
+            with _reparametrized(sides.original_module, params), _Float32Mode():
+                reference = sides.original(*args, **kwargs)
+                values = _leaves_of(reference)
+                if pulled.cotangents:
+                    leaves = _leaves((args, kwargs), None)
+                    leaves.update((f"param {name}", p) for name, p in params.items() if p.requires_grad)
+                    if sides.original_module is not None:
+                        leaves.update(
+                            (f"param {name}", p)
+                            for name, p in sides.original_module.named_parameters()
+                            if p.requires_grad and name not in params
+                        )
+                    grads = _pull_back(reference, pulled.cotangents, leaves)
+                    values.update((f"grad of {name}", g) for name, g in grads.items())
+        except Aborted:
+            raise
+        except BaseException as exc:
+            if is_stop_request(exc):
+                raise
+            self.result.note(
+                f"{self.label}the float32 replay of upstream raised {_short(exc)}: 16-bit leaves judged as is"
+            )
+            return
+        worst: tuple[float, float, str] | None = None
+        for diff in diffs:
+            if not _replayable(diff):
+                continue
+            name = diff.name
+            ours, theirs, ref = pulled.ours.get(name), pulled.theirs.get(name), values.get(name)
+            if (
+                not (
+                    isinstance(ours, torch.Tensor)
+                    and isinstance(theirs, torch.Tensor)
+                    and isinstance(ref, torch.Tensor)
+                )
+                or tuple(ref.shape) != diff.shape
+            ):
+                continue
+            rmse, largest = rounding_ratios(ours, theirs, ref)
+            if rmse <= REPLAY_RMSE_RATIO and largest <= REPLAY_MAX_RATIO:
+                diff.differs, diff.warning = False, True
+                if worst is None or rmse > worst[0]:
+                    worst = (rmse, largest, name)
+            else:
+                diff.cause = (
+                    f"{diff.describe().partition(': ')[2]}; against upstream run in float32 its error is {rmse:.3g}x "
+                    f"upstream's own (RMSE; max {largest:.3g}x): not a rounding difference"
+                )
+        said = f"{self.label}16-bit results differ"
+        if worst is not None and not any(r.startswith(said) for r in self.result.reasons):  # once a target
+            self.result.note(
+                f"{self.label}16-bit results differ from upstream's beyond the dtype's thresholds, but no further from "
+                f"upstream run in float32 than upstream's own (worst: {worst[2]}, error {worst[0]:.2f}x upstream's "
+                f"RMSE, {worst[1]:.2f}x its max; allowed {REPLAY_RMSE_RATIO:g}x, {REPLAY_MAX_RATIO:g}x): rounding"
+            )
 
     def _run_impl_again(
         self, sides: Sides, prepared: Prepared, spare: Spare, state: ProgramState
@@ -235,6 +315,7 @@ class Comparison:
         output: Any,
         upstream: Any,
         state: ProgramState,
+        pulled: Pulled,
     ) -> tuple[list[TensorDiff], tuple[Any, Any] | None]:
         cotangents = _cotangents(output, self._seed + call)
         theirs = _pull_back(upstream, cotangents, _leaves(prepared.copies, sides.original_module))
@@ -250,9 +331,11 @@ class Comparison:
             self.result.note(f"{self.label}gradients not compared: the impl's second run raised {_short(exc)}")
             return [], None
         diffs = []
+        pulled.cotangents = cotangents
         for name in dict.fromkeys([*ours, *theirs]):
             mine, other = ours.get(name), theirs.get(name)
             mine, other = _zeros_for_none(mine, other), _zeros_for_none(other, mine)
+            pulled.ours[f"grad of {name}"], pulled.theirs[f"grad of {name}"] = mine, other
             diff = diff_leaf(f"grad of {name}", mine, other)
             if diff is not None:
                 diffs.append(diff)
@@ -332,6 +415,97 @@ def _short(exc: BaseException) -> str:
             text = f"at {'/'.join(parts[-3:])}:{where.lineno} ({(where.line or '').strip()[:80]})"
     text = f"{type(exc).__name__}: {text}"
     return text if len(text) <= 240 else text[:237] + "..."
+
+
+@dataclass
+class Pulled:
+    """One call's compared values by leaf name (outputs, gradients), and the cotangents the gradients pulled back."""
+
+    cotangents: dict[str, torch.Tensor]
+    ours: dict[str, Any]
+    theirs: dict[str, Any]
+
+
+_SIXTEEN = (torch.bfloat16, torch.float16)
+
+
+def _replayable(diff: TensorDiff) -> bool:
+    """A leaf that differs by its numbers (not its kind, shape or dtype) in a 16-bit float type."""
+    return diff.differs and not diff.cause and diff.dtype in ("bfloat16", "float16")
+
+
+def _sixteen_bit(copies: tuple[Any, Any], module: torch.nn.Module | None) -> bool:
+    """Whether a call computes in 16 bits: a 16-bit float input, or a module receiver's 16-bit parameter."""
+    if any(t.dtype in _SIXTEEN for _, t in [*tensors_in(copies[0], "a"), *tensors_in(copies[1], "k")]):
+        return True
+    return module is not None and any(p.dtype in _SIXTEEN for p in module.parameters())
+
+
+def _to_float32(value: Any) -> Any:
+    """The same structure with each 16-bit float tensor as a float32 one (a leaf that required grad: a new leaf)."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype not in _SIXTEEN:
+            return value
+        return value.detach().float().requires_grad_(value.requires_grad)
+    if isinstance(value, dict):
+        return {k: _to_float32(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_float32(v) for v in value]
+    if isinstance(value, tuple):
+        items = [_to_float32(v) for v in value]
+        return type(value)(*items) if hasattr(type(value), "_fields") else tuple(items)
+    return value
+
+
+def _float32_parameters(module: torch.nn.Module | None) -> dict[str, torch.Tensor]:
+    """Float32 leaves for a module's 16-bit parameters (by name), for the replay's call only."""
+    if module is None:
+        return {}
+    return {
+        name: p.detach().float().requires_grad_(p.requires_grad)
+        for name, p in module.named_parameters()
+        if p.dtype in _SIXTEEN
+    }
+
+
+def _upcast(value: Any) -> Any:
+    """Arguments of one torch call in the replay: 16-bit float tensors as float32, 16-bit dtypes named as float32."""
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.dtype in _SIXTEEN else value
+    if isinstance(value, torch.dtype):
+        return torch.float32 if value in _SIXTEEN else value
+    if isinstance(value, list | tuple) and not hasattr(type(value), "_fields"):
+        return type(value)(_upcast(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _upcast(v) for k, v in value.items()}
+    return value
+
+
+class _Float32Mode(torch.overrides.TorchFunctionMode):
+    """Upstream's code computing in float32 where it would compute in 16 bits: every torch call made inside gets
+    its 16-bit tensors as float32 and any 16-bit dtype it names as float32 (a cast to bf16, a factory's dtype, a
+    module that casts softmax probabilities back to its config's dtype), so the replay is the same computation at
+    the higher precision, not a mix. (Inside ``__torch_function__`` the mode is off, so the casts here do not
+    recurse.) Code outside torch's Python API (a vendor's extension) gets float32 tensors and may refuse them: the
+    replay then raises and the 16-bit leaves are judged by the thresholds alone, said in a note."""
+
+    _TO_FLOAT = (torch.Tensor.bfloat16, torch.Tensor.half)
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in self._TO_FLOAT:
+            return args[0].float()
+        return func(*_upcast(tuple(args)), **_upcast(kwargs or {}))
+
+
+def _reparametrized(module: torch.nn.Module | None, params: dict[str, torch.Tensor]) -> Any:
+    """The module with ``params`` in place of its own for a ``with`` block (torch's stateless reparametrization)."""
+    if module is None or not params:
+        import contextlib
+
+        return contextlib.nullcontext()
+    from torch.nn.utils.stateless import _reparametrize_module
+
+    return _reparametrize_module(module, params)
 
 
 @dataclass

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Rule", "TensorDiff", "diff_leaf", "rule_for"]
+__all__ = ["REPLAY_MAX_RATIO", "REPLAY_RMSE_RATIO", "Rule", "TensorDiff", "diff_leaf", "rounding_ratios", "rule_for"]
 
 
 @dataclass(frozen=True)
@@ -197,3 +197,31 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float | None:
         return 0.0
     cosine = float((a.flatten() @ b.flatten()) / (norm_a * norm_b))
     return None if math.isnan(cosine) else max(-1.0, min(1.0, cosine))
+
+
+# The float32 replay of a 16-bit call that differs (``call.py``): the impl's error against upstream run in float32
+# may be at most these multiples of upstream's own error against it. Chosen here, in the spirit of msprobe's
+# benchmark comparison (a device's error against a high-precision golden, judged relative to a reference device's
+# error against the same golden), not msprobe's numbers: two correct bf16 computations of one function differ by
+# their roundings, and each is about as far from the float32 result as the other; a different computation is
+# not (a dropped scale, a flipped sign, a wrong mask put its error at the size of the values themselves).
+REPLAY_RMSE_RATIO = 2.0
+REPLAY_MAX_RATIO = 4.0
+
+
+def rounding_ratios(impl: torch.Tensor, upstream: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:
+    """(RMSE ratio, max-abs ratio) of the impl's error against ``reference`` over upstream's error against it.
+
+    The denominators have a floor of one bf16 rounding step (2**-8) of the tensor's RMS, so a leaf upstream computes
+    exactly in float32 terms cannot make any error look infinitely worse."""
+    ref = reference.detach().to(torch.float64)
+    a = impl.detach().to(ref.device, torch.float64) - ref
+    b = upstream.detach().to(ref.device, torch.float64) - ref
+    finite = torch.isfinite(ref) & torch.isfinite(a) & torch.isfinite(b)
+    if not bool(finite.any()):
+        return math.inf, math.inf
+    a, b, ref = a[finite], b[finite], ref[finite]
+    floor = 2.0**-8 * float(ref.pow(2).mean().sqrt()) / 16 + 1e-30
+    rmse = float(a.pow(2).mean().sqrt()) / max(float(b.pow(2).mean().sqrt()), floor)
+    worst = float(a.abs().max()) / max(float(b.abs().max()), floor)
+    return rmse, worst
