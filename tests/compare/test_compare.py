@@ -145,6 +145,57 @@ def test_a_16_bit_rounding_difference_matches_after_the_float32_replay_and_a_wro
     assert not any("float32" in r for r in RESULTS.by_target["synthetic.cancel32"].reasons)
 
 
+def test_compiled_functions_run_eagerly_inside_the_compare(compare_on) -> None:
+    """What the compare runs (the original, the impl's second run) reaches a torch.compile'd helper eagerly: no graph
+    is traced or run for the compare's copies, so dynamo's cache and what the program's later calls run are the
+    program's own (a compiled graph draws dropout's random numbers otherwise than eager code)."""
+    ran: list[str] = []
+
+    def backend(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> object:
+        def run(*args: torch.Tensor) -> object:
+            ran.append("graph")
+            return graph.forward(*args)
+
+        return run
+
+    @torch.compile(backend=backend, dynamic=False)
+    def helper(x: torch.Tensor) -> torch.Tensor:
+        return x * 2.0
+
+    def original(x: torch.Tensor) -> torch.Tensor:
+        return helper(x)
+
+    wrapped = wrapper.wrap_function("synthetic.compiled", original, original, Kind.FUNCTION)
+    x = torch.randn(4, 4, requires_grad=True)
+    out = wrapped(x)  # the program's call: the compiled graph; the compare's run of the original and the impl's
+    out.sum().backward()  # second run (gradients): eager
+    assert ran == ["graph"] and RESULTS.by_target["synthetic.compiled"].verdict == "match"
+    wrapped(x)
+    assert ran == ["graph", "graph"]  # the program's next call takes the program's graph
+
+
+def test_uninitialised_memory_is_compared_by_its_layout_only(compare_on) -> None:
+    """``torch.empty`` (a CPU pack target): the values are the allocator's, on either side; two runs of the impl can
+    return the same recycled block, so a value difference would be a false alarm by chance. Shape and dtype count."""
+    counter = iter(range(1, 1000))
+
+    def garbage(*size: int) -> torch.Tensor:
+        return torch.full(size, float(next(counter)))  # other "memory" on every call
+
+    wrapped = wrapper.wrap_function("torch.empty", garbage, torch.zeros, Kind.FUNCTION)
+    wrapped(4, 4)
+    result = RESULTS.by_target["torch.empty"]
+    assert result.verdict == "match" and any("uninitialised memory" in r for r in result.reasons), result.reasons
+
+    def wrong_shape(*size: int) -> torch.Tensor:
+        return torch.zeros(*size, 2)
+
+    shaped = wrapper.wrap_function("torch.empty_like", wrong_shape, torch.zeros, Kind.FUNCTION)
+    with pytest.warns(UserWarning, match="shape"):
+        shaped(4, 4)
+    assert RESULTS.by_target["torch.empty_like"].verdict == "differs"
+
+
 def test_the_first_n_calls_pay_then_the_impl_alone_runs(compare_on) -> None:
     calls: list[int] = []
 

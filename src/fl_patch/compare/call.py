@@ -43,7 +43,7 @@ from fl_patch.compare.metrics import REPLAY_MAX_RATIO, REPLAY_RMSE_RATIO, Tensor
 from fl_patch.compare.results import TargetResult
 from fl_patch.core.errors import is_stop_request
 
-__all__ = ["ACTIVE", "Comparison", "Prepared", "Sides", "run"]
+__all__ = ["ACTIVE", "UNINITIALISED", "Comparison", "Prepared", "Sides", "run"]
 
 
 class _Active(threading.local):
@@ -154,10 +154,12 @@ class Comparison:
         replay = _copy_again(prepared.copies) if _sixteen_bit(prepared.copies, sides.original_module) else None
         try:
             prepared.rng.restore()
-            with Guard(state.storages):
+            with Guard(state.storages), _eager():
                 swapped = _swap_buffers(sides.original_module, prepared)
                 upstream = sides.original(*prepared.copies[0], **prepared.copies[1])
                 diffs = _outputs(output, upstream) + _changed(prepared, swapped, None)
+                if self.result.target in UNINITIALISED:
+                    diffs = self._layout_only(diffs)
                 again: tuple[Any, dict[tuple[str, str], torch.Tensor]] | None = None
                 pulled = Pulled({}, _leaves_of(output), _leaves_of(upstream))
                 if torch.is_grad_enabled() and any(t.requires_grad for _, t in tensors_in(output)):
@@ -186,6 +188,18 @@ class Comparison:
                 self.result.note(
                     f"{self.label}a tensor the program holds changed while it ran: {', '.join(written[:3])}"
                 )
+        return diffs
+
+    def _layout_only(self, diffs: list[TensorDiff]) -> list[TensorDiff]:
+        """A factory of uninitialised memory: its values are whatever the allocator hands out, on either side, so only
+        what it is (kind, shape, dtype: the causes ``diff_leaf`` names) is compared. Two runs of the impl often return
+        the same recycled block, so the check for an unsteady impl cannot be relied on to catch it."""
+        self.result.note(
+            f"{self.label}returns uninitialised memory: its values are not compared, its shape and dtype are"
+        )
+        for diff in diffs:
+            if diff.differs and not diff.cause:
+                diff.differs, diff.max_abs, diff.max_rel, diff.cosine, diff.off_share = False, 0.0, 0.0, 1.0, 0.0
         return diffs
 
     def _put_back(self, state: ProgramState) -> None:
@@ -427,6 +441,18 @@ class Pulled:
 
 
 _SIXTEEN = (torch.bfloat16, torch.float16)
+# torch's factories whose result is uninitialised memory (their documentation says so): values never compared.
+UNINITIALISED = frozenset(
+    f"torch.{name}"
+    for name in (
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "empty_permuted",
+        "Tensor.new_empty",
+        "Tensor.new_empty_strided",
+    )
+)
 
 
 def _replayable(diff: TensorDiff) -> bool:
@@ -495,6 +521,21 @@ class _Float32Mode(torch.overrides.TorchFunctionMode):
         if func in self._TO_FLOAT:
             return args[0].float()
         return func(*_upcast(tuple(args)), **_upcast(kwargs or {}))
+
+
+def _eager() -> Any:
+    """A ``with`` block in which torch.compile'd functions run eagerly (``torch.compiler.set_stance``).
+
+    Why: the compare runs upstream's original (and the impl again) on copies, and a compiled function reached there
+    would be traced for those copies (other strides, leaves where the program has non-leaves): dynamo adds the graph to
+    its process-wide cache, and the program's later calls can take it. A compiled graph draws dropout's random numbers
+    its own way (Inductor's philox from a seed), not as eager dropout does: on Megatron-LM's pretrain_gpt.py at EP=2
+    that changed the second layer's dropout masks and the step's loss (4.893719 -> 4.893867) though the RNG states
+    were put back. Eager inside the compare leaves dynamo's cache as the program alone makes it."""
+    import contextlib
+
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
 
 def _reparametrized(module: torch.nn.Module | None, params: dict[str, torch.Tensor]) -> Any:
