@@ -309,6 +309,18 @@ def test_set_device_before_megatron_reaches_the_transfer(tmp_path: Path) -> None
         assert off.returncode != 0 and "_cuda_setDevice" in off.stderr and ANNOUNCEMENT not in off.stderr
 
 
+def test_another_first_cuda_use_before_megatron_says_what_to_set(tmp_path: Path) -> None:
+    """A first CUDA use other than set_device (here a tensor made on "cuda") cannot be transferred mid-call: torch's
+    error comes with what to set, and with that setting the same script runs on the CPU."""
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nx = torch.ones(2, device='cuda')\nprint('MADE', x.device.type)\n")
+    proc = _run([str(script)], _one_rank())
+    assert proc.returncode != 0 and "Torch not compiled with CUDA enabled" in proc.stderr
+    assert "set FL_PATCH_TRIGGERS=torch" in proc.stderr, proc.stderr[-2000:]
+    fixed = _run([str(script)], _one_rank(FL_PATCH_TRIGGERS="torch"))
+    assert fixed.returncode == 0 and "MADE cpu" in fixed.stdout, fixed.stderr[-2000:]
+
+
 def test_the_set_device_stand_in_gives_way_to_the_transfer_and_uninstall_restores_torchs() -> None:
     """Not called before megatron: the packs load and the transfer patches torch's own set_device, not the
     stand-in; uninstall() then leaves torch's own (nothing of fl_patch behind)."""

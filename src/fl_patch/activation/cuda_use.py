@@ -13,6 +13,11 @@ at ``torch.cuda.set_device``. Called, it puts torch's own back and, where CUDA i
 ``set_device``; where CUDA is available, it calls torch's own. Only a call that would fail changes:
 ``torch.cuda.device_count()``, ``is_available()`` and the rest stay torch's until megatron loads
 (or ``FL_PATCH_TRIGGERS=torch`` asks for the transfer at torch's import).
+
+Any other first CUDA use before megatron (``model.cuda()``, ``torch.zeros(..., device="cuda")``) reaches torch's
+``torch.cuda._lazy_init``, which the C++ side calls by name, in the middle of the operation: too late to transfer
+that call. A stand-in there lets torch's error through with what to set: ``FL_PATCH_TRIGGERS=torch``, or
+``torch.cuda.set_device`` first, or megatron imported first.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class CudaUseWatch:
         self._cuda: Any = None
         self._original: Callable[..., Any] | None = None
         self._stand_in: Callable[..., Any] | None = None
+        self._lazy_init: tuple[Callable[..., Any], Callable[..., Any]] | None = None  # (torch's, the stand-in)
 
     def after_import(self) -> None:
         """Called after each import statement until finished: a dict lookup until torch.cuda is there."""
@@ -61,6 +67,10 @@ class CudaUseWatch:
         self._cuda, self._original = cuda, original
         self._stand_in = self._make_stand_in(cuda, original)
         cuda.set_device = self._stand_in
+        lazy_init = getattr(cuda, "_lazy_init", None)
+        if callable(lazy_init):
+            self._lazy_init = (lazy_init, self._make_lazy_init(cuda, lazy_init))
+            cuda._lazy_init = self._lazy_init[1]
 
     def withdraw(self) -> None:
         """Torch's own ``set_device`` back (the packs load now, or it was called); nothing placed from here on."""
@@ -69,6 +79,25 @@ class CudaUseWatch:
         self._cuda = self._stand_in = None
         if cuda is not None and stand_in is not None and getattr(cuda, "set_device", None) is stand_in:
             cuda.set_device = self._original
+        lazy, self._lazy_init = self._lazy_init, None
+        if cuda is not None and lazy is not None and getattr(cuda, "_lazy_init", None) is lazy[1]:
+            cuda._lazy_init = lazy[0]
+
+    def _make_lazy_init(self, cuda: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def _lazy_init() -> Any:
+            try:
+                return original()
+            except (AssertionError, RuntimeError) as exc:
+                if cuda.is_available():
+                    raise
+                raise type(exc)(
+                    f"{exc}. fl_patch: this program used CUDA before it imported megatron, and on a machine without "
+                    "CUDA the CUDA-on-CPU transfer starts at the first megatron import (or at torch.cuda.set_device): "
+                    "set FL_PATCH_TRIGGERS=torch to start it when torch is imported (docs/cuda_on_cpu.md)"
+                ) from exc
+
+        return _lazy_init
 
     def _make_stand_in(self, cuda: Any, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
