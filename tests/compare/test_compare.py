@@ -180,7 +180,9 @@ def test_uninitialised_memory_is_compared_by_its_layout_only(compare_on) -> None
     counter = iter(range(1, 1000))
 
     def garbage(*size: int) -> torch.Tensor:
-        return torch.full(size, float(next(counter)))  # other "memory" on every call
+        memory = torch.full(size, float(next(counter)))  # other "memory" on every call,
+        memory[0, 0] = math.nan  # with a nan where upstream's block has none
+        return memory
 
     wrapped = wrapper.wrap_function("torch.empty", garbage, torch.zeros, Kind.FUNCTION)
     wrapped(4, 4)
