@@ -221,6 +221,9 @@ def main() -> int:
         help="bias_activation_fusion=True (the MoE grouped path's weighted SwiGLU; upstream compiles it)",
     )
     parser.add_argument(
+        "--seed", type=int, default=1234, help="the weights' seed (the data's stays the same: a seed sweep of curves)"
+    )
+    parser.add_argument(
         "--fresh-data",
         action="store_true",
         help="a new batch from the Markov chain every step (throughput mode repeats one random batch)",
@@ -300,9 +303,9 @@ def main() -> int:
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     parallel_state.initialize_model_parallel(args.tp, 1)
-    torch.manual_seed(1234)
+    torch.manual_seed(args.seed)
     # a CUDA graph replays RNG only from generators registered with it: megatron's graph-safe tracker
-    model_parallel_cuda_manual_seed(1234, use_cudagraphable_rng=args.cuda_graph)
+    model_parallel_cuda_manual_seed(args.seed, use_cudagraphable_rng=args.cuda_graph)
     dtype = torch.float32 if args.fp32 else torch.bfloat16
     moe: dict[str, object] = {}
     if args.experts:
@@ -501,6 +504,7 @@ def main() -> int:
         "module_classes": sorted({type(m).__name__ for m in model.modules() if type(m).__name__.startswith("TE")}),
         "deterministic": args.deterministic,
         "fresh_data": fresh,
+        "seed": args.seed,
         "step_times_s": times,
         "step_s_median": median,
         "microbatches": n_micro,
