@@ -24,8 +24,8 @@ Each part writes ``docs/oracle_<part>.json`` (``--json`` to choose) and prints a
 Run::
 
     .venv/bin/python bench/oracle.py --part demo [--kinds functions,methods] [--sample 500 --seed 1]
-    .venv/bin/python bench/oracle.py --part pretrain --megatron-lm /work/mlm/core_v0.19.0
-    .venv/bin/python bench/oracle.py --part unit --megatron-lm /work/mlm/core_v0.19.0 --nproc 2
+    .venv/bin/python bench/oracle.py --part pretrain --megatron-lm $MLM/core_v0.19.0
+    .venv/bin/python bench/oracle.py --part unit --megatron-lm $MLM/core_v0.19.0 --nproc 2
     .venv/bin/python bench/oracle.py --part import
     .venv/bin/python bench/oracle.py --part repros
 """
