@@ -152,19 +152,30 @@ def test_an_impl_that_defines_no_init_shows_upstreams_signature_at_the_name(mega
 SHARDS = "megatron.core.dist_checkpointing.strategies.checkpointable.LocalShardsContainer"
 
 
-def test_a_new_patch_never_removes_the_redirect_of_its_class(megatron_core, engine) -> None:
+@pytest.mark.parametrize("class_first", [True, False], ids=["class-then-new", "new-then-class"])
+def test_a_new_patch_beside_its_class_patch_composes_in_either_order(megatron_core, engine, class_first) -> None:
+    """``Name`` and ``Name.__new__`` both patched (ORACLE_FINDINGS.md, finding 9): the ``__new__`` patch goes inside
+    the class patch's redirect, so ``Name(...)`` builds the class's impl through the ``__new__`` impl, whichever
+    is registered first; undone, upstream's class is built again and the ``__new__`` impl is no longer called."""
     import torch
     from fltest_idioms import builders
     from megatron.core.dist_checkpointing.strategies import checkpointable
 
     upstream = checkpointable.LocalShardsContainer
-    fl_patch.register(SHARDS, "fltest_idioms.builders.LocalShardsContainer")
-    fl_patch.register(f"{SHARDS}.__new__", "fltest_idioms.builders.local_shards_new")
-    with pytest.warns(UserWarning, match="redirect"):
-        fl_patch.install()
+    registrations = [
+        (SHARDS, "fltest_idioms.builders.LocalShardsContainer"),
+        (f"{SHARDS}.__new__", "fltest_idioms.builders.local_shards_new"),
+    ]
+    for target, impl in registrations if class_first else list(reversed(registrations)):
+        fl_patch.register(target, impl)
+    builders.NEW_CALLS.clear()
+    fl_patch.install()
     records = {r.target: r for r in fl_patch.report() if r.target.startswith(SHARDS)}
-    assert records[SHARDS].status is Status.APPLIED
-    # The class patch owns vars(LocalShardsContainer)["__new__"] (its redirect): a __new__ patch put there
-    # would remove it, both reported applied, LocalShardsContainer(...) building upstream's class again.
-    assert records[f"{SHARDS}.__new__"].status is Status.IMPL_FAILED
-    assert type(upstream.__new__(upstream, [torch.ones(2)])) is builders.LocalShardsContainer
+    assert records[SHARDS].status is Status.APPLIED, records[SHARDS]
+    assert records[f"{SHARDS}.__new__"].status is Status.APPLIED, records[f"{SHARDS}.__new__"]
+    # (its __init__ wants sharded tensors: __new__ is what both patches change, called as Name(...) calls it)
+    built = checkpointable.LocalShardsContainer.__new__(checkpointable.LocalShardsContainer, [torch.ones(2)])
+    assert type(built) is builders.LocalShardsContainer and builders.NEW_CALLS == [builders.LocalShardsContainer]
+    fl_patch.uninstall()
+    builders.NEW_CALLS.clear()
+    assert type(upstream.__new__(upstream, [torch.ones(2)])) is upstream and builders.NEW_CALLS == []

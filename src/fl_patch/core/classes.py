@@ -101,15 +101,18 @@ class _Redirect:
     ``building`` holds the impl and the ``__new__`` its own classes define (None: it has none), set
     and read as one tuple, so a thread building while the patch is put or undone sees one pair.
     ``upstream_new`` is what ``Name.__new__`` ran before fl_patch set its own (set once, by
-    ``_redirecting_new``).
+    ``_redirecting_new``); ``inner_new`` a separate patch of ``Name.__new__``, run in its place.
     """
 
-    __slots__ = ("building", "upstream_new", "upstream_signature")
+    __slots__ = ("building", "inner_new", "upstream_new", "upstream_signature")
 
     def __init__(self, upstream_signature: inspect.Signature | None) -> None:
         self.building: tuple[type, Callable[..., Any] | None] | None = None
         self.upstream_new: Callable[..., Any] | None = None
         self.upstream_signature = upstream_signature
+        # A patch of ``Name.__new__`` itself, registered beside the class's (``put_inside``): what the redirect
+        # calls in place of upstream's ``__new__``; None: upstream's.
+        self.inner_new: Callable[..., Any] | None = None
 
     @property
     def impl(self) -> type | None:
@@ -182,6 +185,41 @@ def redirects_to(original: type) -> type | None:
     return state.impl if state is not None else None
 
 
+def redirect_state_at(holder: object, name: str) -> _Redirect | None:
+    """The redirect standing at ``holder.__new__`` (building an impl, or a pass-through left by an undo), if
+    ``name`` is ``__new__`` and fl_patch's redirect is there."""
+    if name != "__new__" or not isinstance(holder, type):
+        return None
+    return _state_of(vars(holder).get("__new__"))
+
+
+def put_inside(holder: type, function: Callable[..., Any]) -> Callable[..., Any] | None:
+    """A patch of ``holder.__new__`` where the class's own patch has its redirect there: the redirect runs
+    ``function`` where it ran upstream's ``__new__`` (for upstream's class, and for the impl's call of upstream's
+    ``__new__``). Setting ``function`` at the name instead would remove the redirect: ``Name(...)`` would build
+    upstream's class again while both patches are reported applied. Returns what was inside before (None)."""
+    state = _state_of(vars(holder).get("__new__"))
+    if state is None:
+        raise ClassImplError(f"{holder.__qualname__}.__new__ is not fl_patch's redirect")
+    previous, state.inner_new = state.inner_new, function
+    return previous
+
+
+def inside(holder: object) -> Callable[..., Any] | None:
+    """The ``__new__`` patch inside the redirect at ``holder.__new__`` (None: none, or no redirect)."""
+    state = _state_of(vars(holder).get("__new__")) if isinstance(holder, type) else None
+    return state.inner_new if state is not None else None
+
+
+def take_out(holder: object, function: object, previous: Callable[..., Any] | None) -> bool:
+    """Undo ``put_inside`` where ``function`` is still inside; whether it was."""
+    state = _state_of(vars(holder).get("__new__")) if isinstance(holder, type) else None
+    if state is None or state.inner_new is not function:
+        return False
+    state.inner_new = previous
+    return True
+
+
 def upstream_new(original: type) -> Callable[..., Any]:
     """What ``original.__new__`` ran before fl_patch redirected it, called as ``f(cls, *args, **kwargs)``.
 
@@ -241,6 +279,12 @@ def _redirecting_new(original: type, previous: object, state: _Redirect) -> stat
 
     def upstream(cls: type, *args: Any, **kwargs: Any) -> Any:
         # What the class's __new__ did before: its own, or the one it inherits
+        inner = state.inner_new
+        if inner is not None:  # a patch of Name.__new__ itself, put inside this redirect (put_inside)
+            return inner(cls, *args, **kwargs)
+        return upstream_own(cls, *args, **kwargs)
+
+    def upstream_own(cls: type, *args: Any, **kwargs: Any) -> Any:
         if own_new is not None:
             return own_new(cls, *args, **kwargs)
         following = super(original, cls).__new__  # type: ignore[arg-type]  # (original is a class: mypy reads it as a value)
@@ -263,9 +307,10 @@ def _redirecting_new(original: type, previous: object, state: _Redirect) -> stat
 
     __new__.__qualname__ = f"{original.__qualname__}.__new__"
     __new__.__module__ = original.__module__
-    upstream.__qualname__ = __new__.__qualname__
-    upstream.__module__ = original.__module__
-    state.upstream_new = upstream
+    for helper in (upstream, upstream_own):
+        helper.__qualname__ = __new__.__qualname__
+        helper.__module__ = original.__module__
+    state.upstream_new = upstream_own  # upstream's alone (compare mode builds upstream's module with it)
     setattr(__new__, _REDIRECT_ATTR, state)
     return staticmethod(__new__)
 

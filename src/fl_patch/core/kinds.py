@@ -31,7 +31,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fl_patch.core.classes import redirects_to
 from fl_patch.core.resolve import Kind, Resolved, describe
 from fl_patch.core.signatures import Comparison, Finding, compare
 
@@ -226,14 +225,6 @@ def prefixed(finding: Finding, prefix: str) -> Finding:
 def kind_problem(resolved: Resolved, impl: object) -> str | None:
     """Why ``impl`` is the wrong kind of object for what ``resolved`` found (None: the kind fits)."""
     raw = resolved.raw
-    holder = resolved.holder
-    if resolved.name == "__new__" and isinstance(holder, type) and redirects_to(holder) is not None:
-        # The class's own patch owns this slot (its redirect, which calls the __new__ the class had): a
-        # __new__ put here would remove it, both reported applied, Name(...) building upstream's class again.
-        return (
-            f"{holder.__qualname__} is patched too, and its patch builds the impl through {holder.__qualname__}.__new__: "
-            "a __new__ put there would remove that redirect (define __new__ in the class's impl instead)"
-        )
     if resolved.kind is Kind.CLASS:
         if not inspect.isclass(impl):
             return f"the target is a class, the impl a {type(impl).__name__}"

@@ -131,6 +131,7 @@ class AppliedPatch:
     impl_module: str | None = None  # the impl's own module: it keeps its names to the original
     class_changes: list[_classes.ClassChange] = field(default_factory=list)  # a redirected class's own attributes
     proxy: object | None = None  # another tool's object proxy kept at the target (its __wrapped__ is ours)
+    inside: bool = False  # a ``Name.__new__`` patch put inside the class patch's redirect (core.classes.put_inside)
     aliases: list[Binding] = field(default_factory=list)  # names rebound from the original
     later_bindings: list[Binding] = field(default_factory=list)  # names that imported the impl later
 
@@ -152,6 +153,8 @@ class AppliedPatch:
             return False
         if self.redirected:
             return current is self.installed and _classes.redirect_in_place(self.installed, self.class_changes)
+        if self.inside:
+            return _classes.inside(self.holder) is _function_of(self.installed)
         if self.proxy is not None:
             return current is self.proxy and _proxy_target(self.proxy) is self.installed
         return current is self.installed
@@ -332,7 +335,15 @@ def put(
         previous_own = ABSENT
     proxy = _innermost_proxy(resolved.raw) if resolved.exists and resolved.own else None
     original = resolved.raw
-    if proxy is not None:
+    redirect = _classes.redirect_state_at(holder, resolved.name)
+    inside = redirect is not None and isinstance(holder, type)
+    if inside:
+        # ``Name.__new__`` where the class's own patch has its redirect: set at the name, it would remove the
+        # redirect (Name(...) building upstream's class, both patches reported applied); inside, the redirect
+        # runs it where it ran upstream's __new__. Its original is upstream's __new__, not the redirect.
+        previous_own = _classes.put_inside(holder, _function_of(replacement))  # type: ignore[arg-type]
+        original = staticmethod(_classes.upstream_new(holder))  # type: ignore[arg-type]
+    elif proxy is not None:
         original = proxy.__wrapped__  # type: ignore[attr-defined]
         proxy.__wrapped__ = replacement  # type: ignore[attr-defined]
     else:
@@ -350,7 +361,12 @@ def put(
         owner=weakref.ref(owner) if owner is not None else None,
         impl_module=impl_module,
         proxy=proxy,
+        inside=inside,
     )
+
+
+def _function_of(value: object) -> object:
+    return value.__func__ if isinstance(value, staticmethod | classmethod) else value
 
 
 def put_class(
@@ -461,6 +477,8 @@ def revert(patch: AppliedPatch) -> bool:
     if patch.redirected:
         _classes.undo(patch.installed, patch.class_changes)  # type: ignore[arg-type]
         return True
+    if patch.inside:
+        return _classes.take_out(patch.holder, _function_of(patch.installed), patch.previous_own)  # type: ignore[arg-type]
     if patch.proxy is not None:
         patch.proxy.__wrapped__ = patch.original  # type: ignore[attr-defined]
         return True

@@ -25,10 +25,14 @@ class LocalShardsContainer(_LocalShardsContainer):
     """A vendor's tensor container that adds nothing (upstream defines ``__new__``)."""
 
 
+NEW_CALLS: list[type] = []  # the class each call of the __new__ impl was asked to build
+
+
 def _local_shards_new(cls: type, local_shards: list[Any]) -> Any:
     """An impl of ``LocalShardsContainer.__new__`` registered beside the class's own patch: upstream's, called."""
     import fl_patch
 
+    NEW_CALLS.append(cls)
     upstream = fl_patch.original(f"{_LocalShardsContainer.__module__}.LocalShardsContainer.__new__")
     return upstream(cls, local_shards)
 
