@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from fl_patch.core.errors import warn
 from fl_patch.core.paths import parse_impl_path, parse_vendor
 from fl_patch.core.registration import PatchDoc, Registration, describe_impl
-from fl_patch.core.target import Target
+from fl_patch.core.target import CHANGES, Target
 
 __all__ = ["Registration", "Registry", "describe_impl"]
 
@@ -221,6 +221,7 @@ class Registry:
     def clear(self) -> None:
         with self._lock:
             self._targets.clear()
+            CHANGES.bump()
             self._root = _Node()
             self._owner_names = None
             self._watch_cache = {}

@@ -20,7 +20,24 @@ if TYPE_CHECKING:
     from fl_patch.core.registration import Registration
     from fl_patch.core.resolve import Kind
 
-__all__ = ["Selection", "Target"]
+__all__ = ["CHANGES", "Changes", "Selection", "Target"]
+
+
+class Changes:
+    """How many times any target's recorded state changed (a registration added, a status set): what a caller that
+    asks often (the rank check, at every process group) compares before building every record again."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def bump(self) -> None:
+        self.count += 1  # (a lost increment under a race only makes a later caller recompute: never a stale answer
+        #                   for long, since every status change bumps again)
+
+
+CHANGES = Changes()
 
 
 @dataclass(frozen=True)
@@ -58,6 +75,7 @@ class Target:
         """Add ``registration``; returns the one it replaces (same vendor), if any."""
         previous = self._by_vendor.get(registration.vendor)
         self._by_vendor[registration.vendor] = registration
+        CHANGES.bump()
         if previous is not None:
             self._impls.pop(id(previous), None)
             self.failed.pop(id(previous), None)
@@ -121,6 +139,7 @@ class Target:
     def set(self, status: Status, detail: str) -> None:
         self.status = status
         self.detail = detail
+        CHANGES.bump()
 
     def in_place_at(self, holder: object, name: str) -> AppliedPatch | None:
         for patch in self.patches:

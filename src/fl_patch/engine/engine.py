@@ -36,7 +36,7 @@ from fl_patch.core.patch import Wrap
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.registry import Registry
 from fl_patch.core.resolve import describe, owned_path, resolve_in, unwrap
-from fl_patch.core.target import Target
+from fl_patch.core.target import CHANGES, Target
 from fl_patch.core.vendors import VendorChoice
 from fl_patch.engine.applier import Applier, ClassWrap
 from fl_patch.engine.batches import Batches
@@ -271,6 +271,17 @@ class Engine:
         for target in reversed(targets):
             target.revert()
         self.problems.reset()
+
+    def state_version(self) -> tuple[object, ...] | None:
+        """A value that changes whenever what ``records()`` returns may have changed: every registration added and
+        status set (``core.target.CHANGES``), install and uninstall, the vendor list once decided. None while work is
+        pending (``records()`` would first catch up). Not covered: a value another tool sets over a patch after it was
+        applied, which only ``records()``' walk of the patches in place sees. For callers that ask often and want the
+        recorded state (the rank check, at every process group)."""
+        if self.catch_up.due or self.catch_up.waiting_on or self.batches.pending:
+            return None
+        vendors = self.vendor_choice.vendors() if self.vendor_choice.detected else None
+        return (CHANGES.count, self.installed, vendors)
 
     def records(self, *, detect: bool = True) -> list[PatchRecord]:
         """One record per registration. ``detect=False``: never import torch to find the

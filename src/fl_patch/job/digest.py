@@ -38,7 +38,7 @@ __all__ = ["PatchState", "impl_file", "patch_state", "state_rows"]
 _NONE = "-"
 _HASHES: dict[str, str] = {}  # source file -> hash (a file does not change under a running job)
 _FILES: dict[str, str] = {}  # impl -> its source file
-_LAST: list[tuple[object, PatchState]] = []  # the last state, with what it was computed from
+_LAST: list[tuple[object, object, PatchState]] = []  # the last state: the engine version and records it is of
 
 
 class PatchState:
@@ -201,15 +201,26 @@ def patch_state(settings: object) -> PatchState:
     Computed again only when the records or the modes changed since the last call (a job
     creates dozens of groups, each checked, and the state is the same for nearly all).
     """
-    records = fl_patch.report() if fl_patch.is_installed() else []
-    key = (
-        tuple((r.target, r.vendor, r.impl, r.status, r.chosen_vendor) for r in records),
+    modes = (
         tuple(getattr(settings, name, None) for name in ("strict", "compare")),
         _torch_deterministic(),
         os.environ.get("FL_PATCH_DETERMINISTIC"),
     )
-    if _LAST and _LAST[0][0] == key:
-        return _LAST[0][1]
-    state = PatchState(state_rows(records, settings))
-    _LAST[:] = [(key, state)]
+    installed = fl_patch.is_installed()
+    version = _engine_version() if installed else ("not installed",)
+    if version is not None and _LAST and _LAST[0][0] == (version, modes):
+        return _LAST[0][2]  # nothing recorded changed since: no walk of every registration (ORACLE_FINDINGS.md, 12)
+    records = fl_patch.report() if installed else []
+    key = (tuple((r.target, r.vendor, r.impl, r.status, r.chosen_vendor) for r in records), modes)
+    if _LAST and _LAST[0][1] == key:
+        state = _LAST[0][2]
+    else:
+        state = PatchState(state_rows(records, settings))
+    _LAST[:] = [((version, modes), key, state)]
     return state
+
+
+def _engine_version() -> tuple[object, ...] | None:
+    from fl_patch.runtime import RUNTIME
+
+    return RUNTIME.engine.state_version()
