@@ -54,6 +54,18 @@ def test_each_planted_wrong_impl_is_flagged_and_the_run_goes_on(tmp_path: Path) 
     assert rows[:6] == sorted(WRONG, key=lambda t: -records[t]["max_rel"])  # worst first
 
 
+def test_in_bf16_the_float32_replay_hides_none_of_them(tmp_path: Path) -> None:
+    """The same run in bf16, where a 16-bit difference is judged against upstream replayed in float32: each planted
+    impl is still "differs", its cause saying how many times upstream's own error it is; nothing else differs."""
+    run = fl_patch(tmp_path, *_demo(tmp_path, "--compare", "3"), "--precision", "bf16")
+    assert run.returncode == 0, run.stderr[-4000:]
+    records = run.records()
+    assert {t for t, r in records.items() if r["verdict"] == "differs"} == set(WRONG)
+    for target in ("megatron.core.models.common.embeddings.rope_utils.apply_rotary_pos_emb",
+                   "megatron.core.transformer.mlp.MLP.forward"):  # fmt: skip
+        assert "against upstream run in float32 its error is" in records[target]["worst"], records[target]
+
+
 def test_strict_ends_the_run_at_the_first_difference(tmp_path: Path) -> None:
     run = fl_patch(tmp_path, *_demo(tmp_path, "--compare", "--strict"))
     assert run.returncode == 1
