@@ -25,6 +25,7 @@ compare runs on the thread): each target is compared against its own upstream, n
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -222,20 +223,14 @@ class Comparison:
         try:
             self._put_back(state)
             prepared.rng.restore()
-            args, kwargs = _to_float32(replay.copies[0]), _to_float32(replay.copies[1])
+            args, kwargs = _upcast(replay.copies[0], leaves=True), _upcast(replay.copies[1], leaves=True)
             params = _float32_parameters(sides.original_module)
             with _reparametrized(sides.original_module, params), _Float32Mode():
                 reference = sides.original(*args, **kwargs)
                 values = _leaves_of(reference)
                 if pulled.cotangents:
-                    leaves = _leaves((args, kwargs), None)
+                    leaves = _leaves((args, kwargs), sides.original_module)
                     leaves.update((f"param {name}", p) for name, p in params.items() if p.requires_grad)
-                    if sides.original_module is not None:
-                        leaves.update(
-                            (f"param {name}", p)
-                            for name, p in sides.original_module.named_parameters()
-                            if p.requires_grad and name not in params
-                        )
                     grads = _pull_back(reference, pulled.cotangents, leaves)
                     values.update((f"grad of {name}", g) for name, g in grads.items())
         except Aborted:
@@ -468,19 +463,21 @@ def _sixteen_bit(copies: tuple[Any, Any], module: torch.nn.Module | None) -> boo
     return module is not None and any(p.dtype in _SIXTEEN for p in module.parameters())
 
 
-def _to_float32(value: Any) -> Any:
-    """The same structure with each 16-bit float tensor as a float32 one (a leaf that required grad: a new leaf)."""
+def _upcast(value: Any, *, leaves: bool = False) -> Any:
+    """The same structure with each 16-bit float tensor as float32 and each 16-bit dtype named as float32. ``leaves``:
+    the tensors become new leaves (a copy that required grad still does: the replay's inputs); else ``.float()``, on
+    the autograd graph (the arguments of one torch call inside the replay)."""
     if isinstance(value, torch.Tensor):
         if value.dtype not in _SIXTEEN:
             return value
-        return value.detach().float().requires_grad_(value.requires_grad)
+        return value.detach().float().requires_grad_(value.requires_grad) if leaves else value.float()
+    if isinstance(value, torch.dtype):
+        return torch.float32 if value in _SIXTEEN else value
     if isinstance(value, dict):
-        return {k: _to_float32(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_to_float32(v) for v in value]
-    if isinstance(value, tuple):
-        items = [_to_float32(v) for v in value]
-        return type(value)(*items) if hasattr(type(value), "_fields") else tuple(items)
+        return {k: _upcast(v, leaves=leaves) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        items = [_upcast(v, leaves=leaves) for v in value]
+        return type(value)(*items) if hasattr(type(value), "_fields") else type(value)(items)
     return value
 
 
@@ -493,19 +490,6 @@ def _float32_parameters(module: torch.nn.Module | None) -> dict[str, torch.Tenso
         for name, p in module.named_parameters()
         if p.dtype in _SIXTEEN
     }
-
-
-def _upcast(value: Any) -> Any:
-    """Arguments of one torch call in the replay: 16-bit float tensors as float32, 16-bit dtypes named as float32."""
-    if isinstance(value, torch.Tensor):
-        return value.float() if value.dtype in _SIXTEEN else value
-    if isinstance(value, torch.dtype):
-        return torch.float32 if value in _SIXTEEN else value
-    if isinstance(value, list | tuple) and not hasattr(type(value), "_fields"):
-        return type(value)(_upcast(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _upcast(v) for k, v in value.items()}
-    return value
 
 
 class _Float32Mode(torch.overrides.TorchFunctionMode):
@@ -533,8 +517,6 @@ def _eager() -> Any:
     its own way (Inductor's philox from a seed), not as eager dropout does: on Megatron-LM's pretrain_gpt.py at EP=2
     that changed the second layer's dropout masks and the step's loss (4.893719 -> 4.893867) though the RNG states
     were put back. Eager inside the compare leaves dynamo's cache as the program alone makes it."""
-    import contextlib
-
     set_stance = getattr(torch.compiler, "set_stance", None)
     return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
@@ -542,8 +524,6 @@ def _eager() -> Any:
 def _reparametrized(module: torch.nn.Module | None, params: dict[str, torch.Tensor]) -> Any:
     """The module with ``params`` in place of its own for a ``with`` block (torch's stateless reparametrization)."""
     if module is None or not params:
-        import contextlib
-
         return contextlib.nullcontext()
     from torch.nn.utils.stateless import _reparametrize_module
 

@@ -185,7 +185,7 @@ def redirects_to(original: type) -> type | None:
     return state.impl if state is not None else None
 
 
-def redirect_state_at(holder: object, name: str) -> _Redirect | None:
+def redirect_state_at(holder: object, name: str = "__new__") -> _Redirect | None:
     """The redirect standing at ``holder.__new__`` (building an impl, or a pass-through left by an undo), if
     ``name`` is ``__new__`` and fl_patch's redirect is there."""
     if name != "__new__" or not isinstance(holder, type):
@@ -193,27 +193,24 @@ def redirect_state_at(holder: object, name: str) -> _Redirect | None:
     return _state_of(vars(holder).get("__new__"))
 
 
-def put_inside(holder: type, function: Callable[..., Any]) -> Callable[..., Any] | None:
-    """A patch of ``holder.__new__`` where the class's own patch has its redirect there: the redirect runs
+def put_inside(state: _Redirect, function: Callable[..., Any]) -> Callable[..., Any] | None:
+    """A patch of ``Name.__new__`` where the class's own patch has its redirect (``state``): the redirect runs
     ``function`` where it ran upstream's ``__new__`` (for upstream's class, and for the impl's call of upstream's
     ``__new__``). Setting ``function`` at the name instead would remove the redirect: ``Name(...)`` would build
     upstream's class again while both patches are reported applied. Returns what was inside before (None)."""
-    state = _state_of(vars(holder).get("__new__"))
-    if state is None:
-        raise ClassImplError(f"{holder.__qualname__}.__new__ is not fl_patch's redirect")
     previous, state.inner_new = state.inner_new, function
     return previous
 
 
 def inside(holder: object) -> Callable[..., Any] | None:
     """The ``__new__`` patch inside the redirect at ``holder.__new__`` (None: none, or no redirect)."""
-    state = _state_of(vars(holder).get("__new__")) if isinstance(holder, type) else None
+    state = redirect_state_at(holder)
     return state.inner_new if state is not None else None
 
 
 def take_out(holder: object, function: object, previous: Callable[..., Any] | None) -> bool:
     """Undo ``put_inside`` where ``function`` is still inside; whether it was."""
-    state = _state_of(vars(holder).get("__new__")) if isinstance(holder, type) else None
+    state = redirect_state_at(holder)
     if state is None or state.inner_new is not function:
         return False
     state.inner_new = previous
@@ -246,10 +243,13 @@ def undo(original: type, changes: list[ClassChange]) -> None:
         if current is not change.installed:
             continue  # someone else's value over ours: not ours to undo
         state = _state_of(current) if change.name == "__new__" else None
-        if state is not None and (change.previous is ABSENT or change.previous is current):
-            if state is not None:
-                state.build(None, original)
-                _face(current, state.upstream_signature)
+        # Left as a pass-through also while a patch of Name.__new__ is inside it: putting the class's own __new__
+        # back would drop that patch silently.
+        if state is not None and (
+            change.previous is ABSENT or change.previous is current or state.inner_new is not None
+        ):
+            state.build(None, original)
+            _face(current, state.upstream_signature)
             continue
         if change.previous is ABSENT:
             delattr(original, change.name)

@@ -336,12 +336,11 @@ def put(
     proxy = _innermost_proxy(resolved.raw) if resolved.exists and resolved.own else None
     original = resolved.raw
     redirect = _classes.redirect_state_at(holder, resolved.name)
-    inside = redirect is not None and isinstance(holder, type)
-    if inside:
+    if redirect is not None:
         # ``Name.__new__`` where the class's own patch has its redirect: set at the name, it would remove the
         # redirect (Name(...) building upstream's class, both patches reported applied); inside, the redirect
         # runs it where it ran upstream's __new__. Its original is upstream's __new__, not the redirect.
-        previous_own = _classes.put_inside(holder, _function_of(replacement))  # type: ignore[arg-type]
+        previous_own = _classes.put_inside(redirect, _function_of(replacement))  # type: ignore[arg-type]
         original = staticmethod(_classes.upstream_new(holder))  # type: ignore[arg-type]
     elif proxy is not None:
         original = proxy.__wrapped__  # type: ignore[attr-defined]
@@ -361,7 +360,7 @@ def put(
         owner=weakref.ref(owner) if owner is not None else None,
         impl_module=impl_module,
         proxy=proxy,
-        inside=inside,
+        inside=redirect is not None,
     )
 
 

@@ -82,9 +82,14 @@ def _reason(t: torch.Tensor, freqs: torch.Tensor, config: TransformerConfig, cu_
         return "packed sequences (cu_seqlens, thd layout)"
     if t.dim() != 4 or freqs.dim() != 4:
         return f"shapes t {tuple(t.shape)}, freqs {tuple(freqs.shape)} (need [s, b, h, d] and [s, 1, 1, rot])"
-    rot = freqs.shape[-1]
     if freqs.shape[1] != 1 or freqs.shape[2] != 1 or freqs.shape[0] not in (1, t.shape[0]):
         return f"freqs of shape {tuple(freqs.shape)} for t of shape {tuple(t.shape)}"
+    return _kernel_reason(t, freqs)
+
+
+def _kernel_reason(t: torch.Tensor, freqs: torch.Tensor) -> str | None:
+    """Why the rotary kernel cannot take t [s, b, h, d] with these frequencies (their layout checked by the caller)."""
+    rot = freqs.shape[-1]
     if rot % 2 or rot > t.shape[-1] or rot == 0:
         return f"rotary width {rot} for head dim {t.shape[-1]}"
     if freqs.requires_grad:
@@ -141,17 +146,11 @@ def fused_apply_rotary_pos_emb(
     When to drop: when TE is installed (nothing here is registered then).
     """
     del transpose_output_memory
-    reason = None
+    reason: str | None
     if t.dim() != 4 or freqs.dim() != 4 or freqs.shape[1] != 1 or freqs.shape[2] != 1 or freqs.shape[0] < t.shape[0]:
         reason = f"shapes t {tuple(t.shape)}, freqs {tuple(freqs.shape)} (need [s, b, h, d] and [>= s, 1, 1, rot])"
-    elif freqs.shape[-1] % 2 or freqs.shape[-1] > t.shape[-1] or freqs.shape[-1] == 0:
-        reason = f"rotary width {freqs.shape[-1]} for head dim {t.shape[-1]}"
-    elif freqs.requires_grad:
-        reason = "freqs require grad"
-    elif t.dtype not in _DTYPES:
-        reason = f"dtype {t.dtype}"
     else:
-        reason = kernel_unavailable(t, freqs)
+        reason = _kernel_reason(t, freqs)
     if reason is not None:
         from fl_patch.impls.cpu import rope as torch_rope
 
