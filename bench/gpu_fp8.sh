@@ -5,11 +5,15 @@
 #   tests      GPU tests of the fp8 ops (tests/impls/test_flaggems_fp8.py -k on_the_gpu): every recipe against bf16, the casts
 #              against torch's, the block-scaled GEMM's check
 #   tests_te   the TE-spec GPU tests the fp8 change touches (tests/impls/test_flaggems_gpu.py: TE spec, MoE, MLA, autotune store)
+#   sweep      bench/gpu_fp8_ops.py --sweep-cast: the per-tensor cast kernels' candidate tiles timed (and checked against
+#              torch's bytes); the fastest is exported as FL_GEMS_FP8_CAST_TILE for every later stage
 #   ops        bench/gpu_fp8_ops.py: GEMM TFLOP/s bf16 vs fp8, the cast kernels' bandwidth, one linear fwd+bwd bf16 vs fp8
 #   e2e131     the 1.31B Llama-style model (25 layers, hidden 2048, GQA 16/8, SwiGLU 5632, seq 4096), 8 x 4 sequences a
 #              step, megatron's full-iteration CUDA graph, gradient accumulation fusion, fused QKV RoPE, TE spec: bf16 and
-#              fp8 tensorwise (the same model, batch and machine); e2e131_more: fp8 blockwise and delayed
-#   e2e281     the 2.81B (26 layers, hidden 3072, GQA 24/8, SwiGLU 8192, seq 4096), 2 x 4 sequences: bf16, fp8 tensorwise
+#              fp8 tensorwise (the same model, batch and machine); e2e131_more: fp8 blockwise and delayed;
+#              e2e131_delayed: fp8 delayed only
+#   e2e281     the 2.81B (26 layers, hidden 3072, GQA 24/8, SwiGLU 8192, seq 4096), 2 x 4 sequences: bf16, fp8 tensorwise;
+#              e2e281_1x8: the same at 1 x 8 sequences (fp8 at 2 x 4 does not fit an 80 GB card)
 #   cold       a shape no seed was measured for (hidden 2560, SwiGLU 6848, seq 2048, 4 layers), empty caches: the shipped
 #              seeds (read by SM family), and no seeds at all (FL_GEMS_AUTOTUNE_SEED=0: the tuning budget bounds it)
 #   tests_curves  the fp8 loss-curve and CUDA-graph GPU tests (small GPT, 150 / 60 steps)
@@ -30,7 +34,7 @@ OUT=${OUT:-/tmp/fp8_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export PYTHONWARNINGS="ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning"
-STAGES=${FP8_STAGES:-tests e2e131 e2e281 ops curves131 cold e2e131_more pretrain example tests_curves curves281 tests_te}
+STAGES=${FP8_STAGES:-tests sweep e2e131 e2e281 ops curves131 cold e2e131_more pretrain example tests_curves curves281 tests_te}
 BUDGET=${FP8_BUDGET_S:-0}
 START=$SECONDS
 RUNS=/tmp/fp8_runs
@@ -78,6 +82,11 @@ for s in $STAGES; do
       fits 200 tests_te || continue
       stage tests_te timeout 300 python3 -m pytest -o addopts="" -p no:cacheprovider -q $WORKERS tests/impls/test_flaggems_gpu.py \
         -k "te_spec or moe_te or grouped_gemm or mla_with or autotune_picks or cuda_graph" 2>&1 | tail -25 | tee -a "$OUT/fp8_tests.txt" ;;
+    sweep)
+      fits 150 sweep || continue
+      stage sweep timeout 240 python3 bench/gpu_fp8_ops.py --sweep-cast --out "$OUT/sweep.json" --repeat 15 | tee /tmp/sweep.txt
+      best=$(tail -1 /tmp/sweep.txt)
+      if [[ $best =~ ^[0-9]+,[0-9]+,[0-9]+$ ]]; then export FL_GEMS_FP8_CAST_TILE=$best; echo "=== FL_GEMS_FP8_CAST_TILE=$best"; fi ;;
     ops)
       fits 150 ops || continue
       stage ops timeout 200 python3 bench/gpu_fp8_ops.py --out "$OUT/ops.json" --repeat 15 ;;
@@ -95,6 +104,16 @@ for s in $STAGES; do
       stage e2e131_more bash -c "$(declare -f run); $(declare -p gpt pack l131 RUNS); \
         run l131_fp8_blockwise 150 \"\${l131[@]}\" --fp8 e4m3 --fp8-recipe blockwise; \
         run l131_fp8_delayed 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe delayed --fp8-amax-history-len 16 --fp8-amax-compute-algo max" ;;
+    e2e131_delayed)
+      fits 70 e2e131_delayed || continue
+      stage e2e131_delayed bash -c "$(declare -f run); $(declare -p gpt pack l131 RUNS); \
+        run l131_fp8_delayed 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe delayed --fp8-amax-history-len 16 --fp8-amax-compute-algo max" ;;
+    e2e281_1x8)
+      b3x8=("${m281[@]}" --spec te --mbs 1 --microbatches 8 --steps 8 --cuda-graph
+        --grad-accum-fusion --fused-qkv-rope --manual-gc)
+      fits 150 e2e281_1x8 || continue
+      stage e2e281_1x8 bash -c "$(declare -f run); $(declare -p gpt pack b3x8 RUNS); \
+        run b3_mbs1_bf16 150 \"\${b3x8[@]}\"; run b3_mbs1_fp8 150 \"\${b3x8[@]}\" --fp8 hybrid --fp8-recipe tensorwise" ;;
     e2e281)
       fits 150 e2e281 || continue
       stage e2e281 bash -c "$(declare -f run); $(declare -p gpt pack b3 RUNS); \

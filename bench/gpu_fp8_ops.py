@@ -166,16 +166,96 @@ def bench_linear(row: dict, dev: str, repeat: int, dry: bool, blockwise: str | N
     return [entry]
 
 
+SWEEP_TILES = [
+    (32, 128, 4), (32, 256, 4), (64, 64, 4), (64, 128, 4), (64, 128, 8), (64, 256, 8), (128, 64, 4), (128, 64, 8),
+    (128, 128, 4), (128, 128, 8), (128, 128, 16), (128, 256, 8), (128, 256, 16), (256, 128, 8), (256, 128, 16),
+]  # fmt: skip
+
+
+def _cast_bytes_right(dev: str) -> bool:
+    """The current tile and conversion give torch's bytes (both formats, delayed and current scaling)."""
+    x = torch.randn(1000, 3000, device=dev, dtype=torch.bfloat16) * torch.logspace(-6, 3, 3000, device=dev)
+    for dtype in (fq.E4M3, fq.E5M2):
+        scale = torch.full((1,), 0.7, device=dev)
+        q, qt = fq.quantize_delayed(x, dtype, scale, torch.zeros(1, device=dev), transposed=True)
+        want = (x.float() * 0.7).clamp(-fq.fp8_max(dtype), fq.fp8_max(dtype)).to(dtype)
+        assert q is not None and qt is not None
+        if not (torch.equal(q.data.view(torch.uint8), want.view(torch.uint8)) and torch.equal(qt.data, q.data.t())):
+            return False
+    return True
+
+
+def sweep_cast(dev: str, repeat: int, dry: bool, tokens: int) -> tuple[list[dict], str]:
+    """Time the per-tensor cast kernels (delayed: one pass; tensorwise: amax, then the cast; each writing the fp8
+    copy and its transpose) for every candidate tile, with the GPU's fp8 conversion, and the current tile with the
+    integer rounding too; on the 1.31B's qkv input, fc2 input and fc1 output gradient. Returns the rows and the
+    fastest tile (``BLOCK_M,BLOCK_N,num_warps``) among those that give torch's bytes."""
+    from fl_patch.impls.flaggems.kernels import fp8_cast
+
+    hidden, _, ffn = MODELS["1.31B"] if not dry else (256, 384, 256)
+    tensors = {
+        "qkv input": torch.randn(tokens, hidden, device=dev, dtype=torch.bfloat16),
+        "fc2 input": torch.randn(tokens, ffn, device=dev, dtype=torch.bfloat16),
+        "fc1 grad": torch.randn(tokens, 2 * ffn, device=dev, dtype=torch.bfloat16) * 1e-3,
+    }
+    first = tuple(fp8_cast.TILE[k] for k in ("BLOCK_M", "BLOCK_N", "num_warps"))
+    candidates = [(tile, True) for tile in SWEEP_TILES] + [(first, False)]
+    rows: list[dict] = []
+    for tile, hardware in candidates:
+        fp8_cast.set_tile(*tile)
+        fp8_cast.use_hardware_conversion(hardware)
+        row: dict = {"tile": ",".join(map(str, tile)), "hardware_conversion": hardware}
+        try:
+            row["bytes_right"] = _cast_bytes_right(dev)
+            total = 0.0
+            for name, t in tensors.items():
+                moved = t.numel() * 4  # read bf16, write the fp8 copy and its transpose
+                scale, slot = torch.ones(1, device=dev), torch.zeros(1, device=dev)
+                delayed = timed(
+                    lambda t=t, s=scale, a=slot: fq.quantize_delayed(t, fq.E4M3, s, a, transposed=True), repeat, dry
+                )
+                current = timed(lambda t=t: fq.quantize_tensorwise(t, fq.E4M3, transposed=True), repeat, dry)
+                row[f"{name} delayed_tbs"] = moved / delayed / 1e9
+                row[f"{name} tensorwise_tbs"] = moved / current / 1e9
+                total += delayed + current
+            row["total_ms"] = total
+        except Exception as exc:  # noqa: BLE001  (a tile that fails to compile or run is recorded, not fatal)
+            row["error"] = repr(exc)[:300]
+        rows.append(row)
+        print("sweep", json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+    fp8_cast.use_hardware_conversion(True)
+    good = [r for r in rows if r.get("bytes_right") and r["hardware_conversion"] and "total_ms" in r]
+    best = min(good, key=lambda r: r["total_ms"])["tile"] if good else ",".join(map(str, first))
+    fp8_cast.set_tile(*map(int, best.split(",")))
+    return rows, best
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--tokens", type=int, default=32768)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument(
+        "--sweep-cast",
+        action="store_true",
+        help="only time the per-tensor cast kernels' candidate tiles; the last line printed is the fastest "
+        "(for FL_GEMS_FP8_CAST_TILE)",
+    )
     args = parser.parse_args()
     dry = args.dry_run
     dev = "cpu" if dry else "cuda"
     tokens = 256 if dry else args.tokens
+    if args.sweep_cast:
+        rows, best = sweep_cast(dev, args.repeat, dry, tokens)
+        with open(args.out, "w") as f:
+            json.dump(
+                {"device": "cpu (dry run)" if dry else torch.cuda.get_device_name(), "sweep": rows, "best": best},
+                f,
+                indent=1,
+            )
+        print(best)
+        return 0
     models = {"dry": (256, 384, 256)} if dry else MODELS
     results: dict[str, object] = {
         "device": "cpu (dry run)" if dry else torch.cuda.get_device_name(),

@@ -393,6 +393,40 @@ def test_cast_kernels_give_torchs_bytes_in_the_interpreter(run_python) -> None:
     assert len(results) == 11 and not bad, bad
 
 
+_TILE_SNIPPET = """
+import json, torch
+from fl_patch.impls.flaggems import fp8_quant as fq
+from fl_patch.impls.flaggems.kernels import fp8_cast
+x = (torch.randn(70, 200) * torch.logspace(-5, 3, 200)).to(torch.bfloat16)
+outs = []
+for tile in ((64, 128, 8), (16, 32, 4), (128, 64, 4)):
+    fp8_cast.set_tile(*tile)
+    q, qt = fq.quantize_tensorwise(x, torch.float8_e5m2, transposed=True)
+    outs.append((q.data.view(torch.uint8), qt.data.view(torch.uint8), q.scale_inv))
+try:
+    fp8_cast._tile("64,128")
+    error = None
+except ValueError as exc:
+    error = str(exc)
+print(json.dumps({"same": all(all(torch.equal(a, b) for a, b in zip(outs[0], o)) for o in outs[1:]), "error": error}))
+"""
+
+
+@_needs_triton_cpu
+def test_another_cast_tile_gives_the_same_bytes_and_a_bad_tile_is_named(run_python) -> None:
+    """``set_tile`` (the bench's sweep, ``FL_GEMS_FP8_CAST_TILE``) changes only the launch: the same bytes and scale at
+    every tile (edge tiles masked at each); a malformed setting names the variable and the form."""
+    proc = run_python("-c", _TILE_SNIPPET, env=triton_env(interpret=True), check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["same"] is True, out
+    assert (
+        out["error"]
+        and "FL_GEMS_FP8_CAST_TILE='64,128'" in out["error"]
+        and "BLOCK_M,BLOCK_N,num_warps" in out["error"]
+    )
+
+
 _BUDGET_SNIPPET = """
 import json, os
 from fl_patch.impls.flaggems.kernels import TuneBudget, TuneStore, norms
@@ -463,6 +497,59 @@ def test_fp8_linear_on_the_gpu_against_bf16_and_the_torch_casts(kind: str, fmt: 
     want = (x2.float() * scale).clamp(-448.0, 448.0).to(recipe.fwd_dtype)
     assert torch.equal(q.data.view(torch.uint8), want.view(torch.uint8))
     assert torch.equal(qt.data.view(torch.uint8), want.t().contiguous().view(torch.uint8))
+
+
+def _every_fp8_value_and_midpoint(dtype: torch.dtype) -> torch.Tensor:
+    """Every finite value of ``dtype`` (both signs, subnormals) and each midpoint between neighbours (the ties), fp32."""
+    values = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).float()
+    values = values[torch.isfinite(values)].unique()
+    return torch.cat([values, (values[1:] + values[:-1]) / 2])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("tile", ["64,128,8", "128,128,8", "32,256,4"])
+def test_cast_kernels_give_torchs_bytes_on_the_gpu(tile: str) -> None:
+    """The GPU's fp8 conversion in every cast kernel, at several tiles: each value and tie of both formats (delayed,
+    scale 1), a tensor spanning 10 decades (current scaling: subnormals), 1x128 tiles and 128x128 blocks, against
+    torch's ``.to()`` of the same scaled values, byte for byte, the transposed copies too."""
+    from fl_patch.impls.flaggems.kernels import fp8_cast
+
+    before = ",".join(str(fp8_cast.TILE[k]) for k in ("BLOCK_M", "BLOCK_N", "num_warps"))
+    fp8_cast.set_tile(*map(int, tile.split(",")))
+    try:
+        for dtype in (fq.E4M3, fq.E5M2):
+            limit = fq.fp8_max(dtype)
+            ties = _every_fp8_value_and_midpoint(dtype)
+            x = ties.repeat(3, 2)[:, : (ties.numel() * 2 // 16) * 16].cuda()  # not bf16: ties need fp32's bits
+            x = x.to(torch.bfloat16).float()
+            x = torch.cat([x, x * 2**-7], 0).to(torch.bfloat16)  # bf16 keeps e4m3's and e5m2's ties exactly
+            one = torch.ones(1, device="cuda")
+            q, qt = fq.quantize_delayed(x, dtype, one, torch.zeros(1, device="cuda"), transposed=True)
+            want = x.float().clamp(-limit, limit).to(dtype).view(torch.uint8)
+            assert q is not None and qt is not None
+            assert torch.equal(q.data.view(torch.uint8), want), (dtype, tile, "delayed")
+            assert torch.equal(qt.data.view(torch.uint8), want.t().contiguous()), (dtype, tile, "delayed, transposed")
+            wide = (torch.randn(777, 1536, device="cuda") * torch.logspace(-6, 4, 1536, device="cuda")).bfloat16()
+            q, qt = fq.quantize_tensorwise(wide, dtype, transposed=True)
+            scale = torch.full((), limit, device="cuda") / wide.float().abs().amax()
+            want = (wide.float() * scale).clamp(-limit, limit).to(dtype).view(torch.uint8)
+            assert q is not None and qt is not None
+            assert torch.equal(q.data.view(torch.uint8), want), (dtype, tile, "tensorwise")
+            assert torch.equal(qt.data.view(torch.uint8), want.t().contiguous()), (dtype, tile, "tensorwise, t")
+        # block scales (e4m3, the blockwise recipe's format): the kernels against the torch reference path
+        wide = (torch.randn(384, 640, device="cuda") * torch.logspace(-6, 4, 640, device="cuda")).bfloat16()
+        q, s, _, _ = fp8_cast.cast_1x128(wide, fq.E4M3)
+        ref_q, ref_s = fq._blocks_1x128(wide, fq.E4M3, 0)
+        assert torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8)) and torch.equal(s, ref_s), "1x128"
+        q, s, _, _ = fp8_cast.cast_128x128(wide, fq.E4M3)
+        blocks = wide.float().view(3, 128, 5, 128).abs().amax(dim=(1, 3))
+        decode = fq._pow2_decode(blocks, fq.E4M3, 0)
+        want = (wide.float().view(3, 128, 5, 128) / decode[:, None, :, None]).clamp(-448, 448).to(fq.E4M3)
+        assert torch.equal(q.view(torch.uint8), want.view(384, 640).view(torch.uint8)), "128x128"
+        assert torch.equal(s, decode), "128x128 scales"
+    finally:
+        fp8_cast.set_tile(*map(int, before.split(",")))
 
 
 def _curve(run_python, tmp_path: Path, name: str, env: dict[str, str], *args: str) -> dict:

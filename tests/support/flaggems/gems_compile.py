@@ -138,7 +138,8 @@ def cases() -> list[tuple]:
         (moe_permute._sort_chunks, {"REVERSE": False, "HAS_P": True, "BLOCK_R": 32, "BLOCK_H": 1024, "C_PAD": 256}, 4),
         (moe_permute._sort_chunks, {"REVERSE": True, "HAS_P": False, "BLOCK_R": 32, "BLOCK_H": 1024, "C_PAD": 8}, 4),
     ]
-    e4m3, e5m2 = ({"MANT": 3, "BIAS": 7, "EMIN": -6}, {"MANT": 2, "BIAS": 15, "EMIN": -14})
+    # HW: the GPU's fp8 conversion (what runs on a GPU), and the integer path once
+    e4m3, e5m2 = ({"MANT": 3, "BIAS": 7, "EMIN": -6, "HW": True}, {"MANT": 2, "BIAS": 15, "EMIN": -14, "HW": True})
     out += [
         (fp8_cast._amax_kernel, {"BLOCK_M": 64, "BLOCK_N": 128}, 8),
         (
@@ -154,6 +155,11 @@ def cases() -> list[tuple]:
         (
             fp8_cast._cast_kernel,
             {"MODE": 0, **e5m2, "WRITE_Q": False, "WRITE_QT": True, "BLOCK_M": 64, "BLOCK_N": 128},
+            8,
+        ),
+        (
+            fp8_cast._cast_kernel,
+            {"MODE": 1, **e4m3, "HW": False, "WRITE_Q": True, "WRITE_QT": True, "BLOCK_M": 128, "BLOCK_N": 128},
             8,
         ),
         (fp8_cast._cast_1x128_kernel, {**e4m3, "WRITE_QT": True, "BLOCK": 128}, 16),

@@ -22,11 +22,14 @@ How: a 2-D grid of [BLOCK_M, BLOCK_N] tiles.
   layout cuBLASLt's block-scaled GEMMs read (``[blocks, rows]`` memory for 1x128: "outer-dim
   major").
 
-The fp8 bytes are computed with integer arithmetic on the fp32 bits (round to nearest even,
-subnormals included) and stored through a ``uint8`` view: the same bytes torch's
-``.to(torch.float8_*)`` gives, on the GPU and in Triton's CPU interpreter alike (whose own
-fp8 conversion rounds ties away from zero, and misrounds e5m2). Inputs are clamped to the
-format's largest finite value first (saturation, as TE).
+The fp8 bytes are stored through a ``uint8`` view. On the GPU they come from the hardware's
+conversion (``cvt.rn.satfinite``: round to nearest even, two values an instruction); in Triton's
+CPU interpreter, whose own fp8 conversion rounds ties away from zero and misrounds e5m2, from
+integer arithmetic on the fp32 bits (round to nearest even, subnormals included). Both give the
+bytes torch's ``.to(torch.float8_*)`` gives (the interpreter's in the CPU tests, the GPU's in the
+GPU test). The integer path was the GPU's too until the bench showed its ALU work slowed the cast
+(``bench/gpu_fp8_ops.py --sweep-cast``). Inputs are clamped to the format's largest finite value
+first (saturation, as TE).
 
 Scale tensors hold the *decode* factor (``1 / scale``: what the GEMM multiplies by), as
 ``torch._scaled_mm`` takes them.
@@ -34,21 +37,57 @@ Scale tensors hold the *decode* factor (``1 / scale``: what the GEMM multiplies 
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
-from . import cdiv, launch
+from .._runtime import interpreting
+from . import _LEAN, cdiv, launch
 
-__all__ = ["FORMATS", "amax", "cast", "cast_1x128", "cast_128x128"]
+__all__ = ["FORMATS", "TILE", "amax", "cast", "cast_1x128", "cast_128x128", "set_tile", "use_hardware_conversion"]
 
 # (largest finite value, mantissa bits, exponent bias, smallest normal exponent) per fp8 dtype
 FORMATS: dict[torch.dtype, tuple[float, int, int, int]] = {
     torch.float8_e4m3fn: (448.0, 3, 7, -6),
     torch.float8_e5m2: (57344.0, 2, 15, -14),
 }
-_TILE = {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8}
 _BLOCK = {"BLOCK": 128, "num_warps": 16}  # 32 elements a thread: a 128x128 tile, two orientations
+
+
+def _tile(text: str) -> dict[str, int]:
+    """``"BLOCK_M,BLOCK_N,num_warps"`` as the per-tensor kernels' launch config."""
+    try:
+        bm, bn, warps = (int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(
+            f"FL_GEMS_FP8_CAST_TILE={text!r}: expected BLOCK_M,BLOCK_N,num_warps (e.g. 64,128,8)"
+        ) from None
+    if any(v <= 0 or v & (v - 1) for v in (bm, bn, warps)):
+        raise ValueError(f"FL_GEMS_FP8_CAST_TILE={text!r}: every value must be a power of two")
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps}
+
+
+# The per-tensor kernels' tile. FL_GEMS_FP8_CAST_TILE overrides it (``bench/gpu_fp8_ops.py --sweep-cast`` times
+# the candidates on a card and prints the fastest).
+TILE = _tile(os.environ.get("FL_GEMS_FP8_CAST_TILE", "64,128,8"))
+_HARDWARE = [True]  # the GPU's own fp8 conversion (off: the integer path everywhere, for the bench's comparison)
+
+
+def set_tile(block_m: int, block_n: int, num_warps: int) -> None:
+    """Use another tile for the per-tensor kernels from now on (the bench's sweep)."""
+    TILE.update(_tile(f"{block_m},{block_n},{num_warps}"))
+    _LEAN.clear()  # a repeated launch keeps its compiled kernel and grid: drop them
+
+
+def use_hardware_conversion(on: bool) -> None:
+    """The GPU's ``cvt`` (default) or the integer rounding (the interpreter's path) on the GPU too (the bench)."""
+    _HARDWARE[0] = on
+
+
+def _hw() -> bool:
+    return _HARDWARE[0] and not interpreting()
 
 
 @triton.jit
@@ -70,6 +109,22 @@ def _fp8_bits(v, MANT: tl.constexpr, BIAS: tl.constexpr, EMIN: tl.constexpr):
 
 
 @triton.jit
+def _fp8_bytes(v, MANT: tl.constexpr, BIAS: tl.constexpr, EMIN: tl.constexpr, HW: tl.constexpr):
+    """The fp8 bytes (uint8) of ``v`` (fp32, within the format's range), rounded to nearest even.
+
+    ``HW``: the GPU's own conversion (``cvt.rn.satfinite``, two values an instruction); else the integer path
+    above (the interpreter, whose conversion misrounds). Both give torch's bytes (checked on the GPU)."""
+    if HW:
+        if MANT == 3:
+            q = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+        else:
+            q = v.to(tl.float8e5).to(tl.uint8, bitcast=True)
+    else:
+        q = _fp8_bits(v, MANT, BIAS, EMIN).to(tl.uint8)
+    return q
+
+
+@triton.jit
 def _amax_kernel(X, AMAX, M, N, stride_x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     r = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     c = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -81,7 +136,7 @@ def _amax_kernel(X, AMAX, M, N, stride_x, BLOCK_M: tl.constexpr, BLOCK_N: tl.con
 @triton.jit
 def _cast_kernel(
     X, Q, QT, SCALE, SCALE_INV, AMAX, M, N, stride_x, FP8_MAX, MARGIN,
-    MODE: tl.constexpr, MANT: tl.constexpr, BIAS: tl.constexpr, EMIN: tl.constexpr,
+    MODE: tl.constexpr, MANT: tl.constexpr, BIAS: tl.constexpr, EMIN: tl.constexpr, HW: tl.constexpr,
     WRITE_Q: tl.constexpr, WRITE_QT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
@@ -96,7 +151,7 @@ def _cast_kernel(
         scale = tl.load(SCALE)
         tl.atomic_max(AMAX, tl.max(tl.max(tl.abs(x), axis=1), axis=0))
     v = tl.minimum(tl.maximum(x * scale, -FP8_MAX), FP8_MAX)
-    q = _fp8_bits(v, MANT, BIAS, EMIN).to(tl.uint8)
+    q = _fp8_bytes(v, MANT, BIAS, EMIN, HW)
     if WRITE_Q:
         tl.store(Q + r[:, None] * N + c[None, :], q, mask=mask)
     if WRITE_QT:
@@ -118,7 +173,8 @@ def _pow2_scale(amax, FP8_MAX, MARGIN):
 @triton.jit
 def _cast_1x128_kernel(
     X, Q, S, QT, ST, M, N, stride_x, FP8_MAX, MARGIN,
-    MANT: tl.constexpr, BIAS: tl.constexpr, EMIN: tl.constexpr, WRITE_QT: tl.constexpr, BLOCK: tl.constexpr,
+    MANT: tl.constexpr, BIAS: tl.constexpr, EMIN: tl.constexpr, HW: tl.constexpr, WRITE_QT: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):  # fmt: skip
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     r = (pid_m * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
@@ -129,13 +185,13 @@ def _cast_1x128_kernel(
     # each row's 128 columns: scale per (row, column block); S is [column blocks, M] in memory
     s_row = _pow2_scale(tl.max(ax, axis=1), FP8_MAX, MARGIN)
     v = tl.minimum(tl.maximum(x * s_row[:, None], -FP8_MAX), FP8_MAX)
-    tl.store(Q + r[:, None] * N + c[None, :], _fp8_bits(v, MANT, BIAS, EMIN).to(tl.uint8), mask=mask)
+    tl.store(Q + r[:, None] * N + c[None, :], _fp8_bytes(v, MANT, BIAS, EMIN, HW), mask=mask)
     tl.store(S + pid_n * M + r, tl.math.div_rn(1.0, s_row), mask=r < M)
     if WRITE_QT:
         # each column's 128 rows (the transposed copy's 1x128 tiles): ST is [row blocks, N] in memory
         s_col = _pow2_scale(tl.max(ax, axis=0), FP8_MAX, MARGIN)
         vt = tl.minimum(tl.maximum(x * s_col[None, :], -FP8_MAX), FP8_MAX)
-        qt = _fp8_bits(vt, MANT, BIAS, EMIN).to(tl.uint8)
+        qt = _fp8_bytes(vt, MANT, BIAS, EMIN, HW)
         tl.store(QT + c[:, None] * M + r[None, :], tl.trans(qt), mask=tl.trans(mask))
         tl.store(ST + pid_m * N + c, tl.math.div_rn(1.0, s_col), mask=c < N)
 
@@ -143,7 +199,7 @@ def _cast_1x128_kernel(
 @triton.jit
 def _cast_128x128_kernel(
     X, Q, S, QT, ST, M, N, stride_x, stride_s, stride_st, FP8_MAX, MARGIN,
-    MANT: tl.constexpr, BIAS: tl.constexpr, EMIN: tl.constexpr, BLOCK: tl.constexpr,
+    MANT: tl.constexpr, BIAS: tl.constexpr, EMIN: tl.constexpr, HW: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     r = (pid_m * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
@@ -152,7 +208,7 @@ def _cast_128x128_kernel(
     x = tl.load(X + r[:, None] * stride_x + c[None, :], mask=mask, other=0.0).to(tl.float32)
     s = _pow2_scale(tl.max(tl.max(tl.abs(x), axis=1), axis=0), FP8_MAX, MARGIN)
     v = tl.minimum(tl.maximum(x * s, -FP8_MAX), FP8_MAX)
-    q = _fp8_bits(v, MANT, BIAS, EMIN).to(tl.uint8)
+    q = _fp8_bytes(v, MANT, BIAS, EMIN, HW)
     tl.store(Q + r[:, None] * N + c[None, :], q, mask=mask)
     tl.store(QT + c[:, None] * M + r[None, :], tl.trans(q), mask=tl.trans(mask))
     inv = tl.math.div_rn(1.0, s)
@@ -174,7 +230,7 @@ def amax(x: torch.Tensor, out: torch.Tensor) -> None:
     """``out`` (an fp32 slot holding 0 or less) becomes max(out, max |x|); ``x`` 2-D with unit last stride."""
     m, n = x.shape
     if m and n:
-        launch(_amax_kernel, None, _grid(m, n, _TILE["BLOCK_M"], _TILE["BLOCK_N"]), _TILE, x, out, m, n, x.stride(0))
+        launch(_amax_kernel, None, _grid(m, n, TILE["BLOCK_M"], TILE["BLOCK_N"]), TILE, x, out, m, n, x.stride(0))
 
 
 def cast(
@@ -203,10 +259,10 @@ def cast(
         return
     second = qt if qt is not None else first
     launch(
-        _cast_kernel, None, _grid(m, n, _TILE["BLOCK_M"], _TILE["BLOCK_N"]), _TILE,
+        _cast_kernel, None, _grid(m, n, TILE["BLOCK_M"], TILE["BLOCK_N"]), TILE,
         x, first.view(torch.uint8), second.view(torch.uint8),
         scale, scale_inv, amax_slot, m, n, x.stride(0), fp8_max, 2.0 ** -margin,
-        MODE=0 if current else 1, MANT=mant, BIAS=bias, EMIN=emin, WRITE_Q=q is not None, WRITE_QT=qt is not None,
+        MODE=0 if current else 1, MANT=mant, BIAS=bias, EMIN=emin, HW=_hw(), WRITE_Q=q is not None, WRITE_QT=qt is not None,
     )  # fmt: skip
 
 
@@ -231,7 +287,8 @@ def cast_1x128(
         launch(
             _cast_1x128_kernel, None, _grid(m, n, block, block), _BLOCK,
             x, q.view(torch.uint8), s, (qt if qt is not None else q).view(torch.uint8), st if st is not None else s,
-            m, n, x.stride(0), fp8_max, 2.0 ** -margin, MANT=mant, BIAS=bias, EMIN=emin, WRITE_QT=transposed,
+            m, n, x.stride(0), fp8_max, 2.0 ** -margin, MANT=mant, BIAS=bias, EMIN=emin, HW=_hw(),
+            WRITE_QT=transposed,
         )  # fmt: skip
     return q, s.t(), qt, (st.t() if st is not None else None)
 
@@ -257,6 +314,6 @@ def cast_128x128(
         launch(
             _cast_128x128_kernel, None, _grid(m, n, block, block), _BLOCK,
             x, q.view(torch.uint8), s, qt.view(torch.uint8), st, m, n, x.stride(0), s.stride(0), st.stride(0),
-            fp8_max, 2.0 ** -margin, MANT=mant, BIAS=bias, EMIN=emin,
+            fp8_max, 2.0 ** -margin, MANT=mant, BIAS=bias, EMIN=emin, HW=_hw(),
         )  # fmt: skip
     return q, s[:, :bn], qt, st[:, :bm]
