@@ -22,13 +22,7 @@ export PYTHONUNBUFFERED=1
 export PYTHONWARNINGS="ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning"
 STAGES=${COMPARE_STAGES:-table planted whole}
 START=$SECONDS
-stage() {
-  local name=$1
-  shift
-  echo "=== $name start $(date +%T) ($((SECONDS - START)) s in)"
-  "$@"
-  echo "=== $name rc=$? end $(date +%T)"
-}
+source "$(dirname "$0")/support/stages.sh"  # stage, fits
 table_of() {  # the exit table a run printed: from its header to the end of stderr
   sed -n '/^fl_patch compare (/,$p' "$1" | cut -c1-400 | head -${2:-40}
 }

@@ -40,19 +40,8 @@ START=$SECONDS
 RUNS=/tmp/fp8_runs
 CURVES=/tmp/fp8_curves
 mkdir -p "$RUNS" "$CURVES"
-stage() {
-  local name=$1
-  shift
-  echo "=== $name start $(date +%T) ($((SECONDS - START)) s in)"
-  "$@"
-  echo "=== $name rc=$? end $(date +%T)"
-}
-fits() {  # fits SECONDS NAME: whether a stage needing that long still fits the budget
-  [ "$BUDGET" -le 0 ] || [ $((BUDGET - (SECONDS - START))) -ge "$1" ] || {
-    echo "=== skipping $2: $((BUDGET - (SECONDS - START))) s left of FP8_BUDGET_S=$BUDGET"
-    return 1
-  }
-}
+BUDGET_NAME=FP8_BUDGET_S
+source "$(dirname "$0")/support/stages.sh"  # stage, fits
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem,power.limit --format=csv
 python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())"
 WORKERS=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${FP8_TEST_WORKERS:-6}" || echo "")

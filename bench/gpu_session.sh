@@ -23,19 +23,8 @@ export PYTHONWARNINGS="ignore::UserWarning,ignore::FutureWarning,ignore::Depreca
 STAGES=${GEMS_STAGES:-tests ops e2e e2e_fused e2e13 e2e13_mbs2}
 BUDGET=${GEMS_BUDGET_S:-0}  # >0: skip a stage that would not fit in what is left of this many seconds
 START=$SECONDS
-stage() {
-  local name=$1
-  shift
-  echo "=== $name start $(date +%T)"
-  "$@"
-  echo "=== $name rc=$? end $(date +%T)"
-}
-fits() {  # fits SECONDS: whether a stage needing that long still fits the budget
-  [ "$BUDGET" -le 0 ] || [ $((BUDGET - (SECONDS - START))) -ge "$1" ] || {
-    echo "=== skipping $2: $((BUDGET - (SECONDS - START))) s left of GEMS_BUDGET_S=$BUDGET"
-    return 1
-  }
-}
+BUDGET_NAME=GEMS_BUDGET_S
+source "$(dirname "$0")/support/stages.sh"  # stage, fits
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem --format=csv
 python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())"
 E2E=/tmp/gems_e2e                 # every end-to-end run's JSON, merged into $OUT/e2e.json at the end
