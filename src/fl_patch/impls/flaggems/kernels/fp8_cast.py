@@ -73,7 +73,9 @@ def _tile(text: str) -> dict[str, int]:
 # scaling at the 1.31B's shapes; docs/gpu_runs_h200/fp8_casts_2026-12-05/sweep.json). FL_GEMS_FP8_CAST_TILE
 # overrides it (``bench/gpu_fp8_ops.py --sweep-cast`` times the candidates on a card and prints the fastest).
 TILE = _tile(os.environ.get("FL_GEMS_FP8_CAST_TILE", "64,128,4"))
-_HARDWARE = [True]  # the GPU's own fp8 conversion (off: the integer path everywhere, for the bench's comparison)
+# The GPU's own fp8 conversion; FL_GEMS_FP8_CAST_CONVERT=integer: the interpreter's integer rounding on the GPU too
+# (the same bytes, slower: for the bench's before/after, or a card whose conversion is in doubt)
+_HARDWARE = [os.environ.get("FL_GEMS_FP8_CAST_CONVERT", "hardware") != "integer"]
 
 
 def set_tile(block_m: int, block_n: int, num_warps: int) -> None:
