@@ -75,7 +75,10 @@ def _tile(text: str) -> dict[str, int]:
 TILE = _tile(os.environ.get("FL_GEMS_FP8_CAST_TILE", "64,128,4"))
 # The GPU's own fp8 conversion; FL_GEMS_FP8_CAST_CONVERT=integer: the interpreter's integer rounding on the GPU too
 # (the same bytes, slower: for the bench's before/after, or a card whose conversion is in doubt)
-_HARDWARE = [os.environ.get("FL_GEMS_FP8_CAST_CONVERT", "hardware") != "integer"]
+_CONVERT = os.environ.get("FL_GEMS_FP8_CAST_CONVERT", "hardware")
+if _CONVERT not in ("hardware", "integer"):
+    raise ValueError(f"FL_GEMS_FP8_CAST_CONVERT={_CONVERT!r}: expected 'hardware' (the default) or 'integer'")
+_HARDWARE = [_CONVERT == "hardware"]
 
 
 def set_tile(block_m: int, block_n: int, num_warps: int) -> None:
