@@ -11,7 +11,8 @@
 #   e2e131     the 1.31B Llama-style model (25 layers, hidden 2048, GQA 16/8, SwiGLU 5632, seq 4096), 8 x 4 sequences a
 #              step, megatron's full-iteration CUDA graph, gradient accumulation fusion, fused QKV RoPE, TE spec: bf16 and
 #              fp8 tensorwise (the same model, batch and machine); e2e131_more: fp8 blockwise and delayed;
-#              e2e131_delayed: fp8 delayed only
+#              e2e131_delayed: fp8 delayed only; e2e131_before: fp8 tensorwise with the cast kernels as they were
+#              before the hardware conversion and the tile sweep (FL_GEMS_FP8_CAST_CONVERT=integer, tile 64,128,8)
 #   e2e281     the 2.81B (26 layers, hidden 3072, GQA 24/8, SwiGLU 8192, seq 4096), 2 x 4 sequences: bf16, fp8 tensorwise;
 #              e2e281_1x8: the same at 1 x 8 sequences (fp8 at 2 x 4 does not fit an 80 GB card)
 #   cold       a shape no seed was measured for (hidden 2560, SwiGLU 6848, seq 2048, 4 layers), empty caches: the shipped
@@ -20,6 +21,8 @@
 #   curves131, curves281  loss curves on fresh Markov data (1.31B and 2.81B at seq 1024, 4 sequences a step), bf16,
 #              fp8 tensorwise and fp32 (FP8_CURVE_STEPS; FP8_FP32_STEPS for the 1.31B, FP8_FP32_STEPS_281 for the
 #              2.81B, default 0: fp32 is 10-20x slower, so fewer steps)
+#   seeds      the 1.31B's 300-step curve (as curves131) at other weight seeds (FP8_SEEDS, default "7 99"), bf16 and fp8
+#              tensorwise each: how far runs that differ only in the seed part, against how far fp8 parts from bf16
 #   example    examples/train_gpt_gpu.py (the user's recipe: graph, capture stream, graph-safe RNG, fp8), 4 layers, 8 steps
 #   pretrain   Megatron-LM's own pretrain_gpt.py (core_v0.19.0 in $MEGATRON_LM), TE spec, no TE, --fp8-format hybrid
 #              --fp8-recipe tensorwise, and --fp8-recipe mxfp8 (refused by name at build)
@@ -97,6 +100,19 @@ for s in $STAGES; do
       fits 70 e2e131_delayed || continue
       stage e2e131_delayed bash -c "$(declare -f run); $(declare -p gpt pack l131 RUNS); \
         run l131_fp8_delayed 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe delayed --fp8-amax-history-len 16 --fp8-amax-compute-algo max" ;;
+    e2e131_before)
+      fits 70 e2e131_before || continue
+      stage e2e131_before bash -c "export FL_GEMS_FP8_CAST_TILE=64,128,8 FL_GEMS_FP8_CAST_CONVERT=integer; \
+        $(declare -f run); $(declare -p gpt pack l131 RUNS); \
+        run l131_fp8_tensorwise_before 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe tensorwise" ;;
+    seeds)
+      curve=(--preset llama131 --spec te --seq 1024 --mbs 4 --fresh-data --manual-gc --steps ${FP8_CURVE_STEPS:-300})
+      for seed in ${FP8_SEEDS:-7 99}; do
+        fits 160 "seed $seed" || break
+        stage "seed_$seed" bash -c "$(declare -f run); $(declare -p gpt pack curve); RUNS=$CURVES; \
+          run seed${seed}_bf16 200 \"\${curve[@]}\" --seed $seed; \
+          run seed${seed}_fp8 200 \"\${curve[@]}\" --seed $seed --fp8 hybrid --fp8-recipe tensorwise"
+      done ;;
     e2e281_1x8)
       b3x8=("${m281[@]}" --spec te --mbs 1 --microbatches 8 --steps 8 --cuda-graph
         --grad-accum-fusion --fused-qkv-rope --manual-gc)
