@@ -23,6 +23,8 @@
 #              2.81B, default 0: fp32 is 10-20x slower, so fewer steps)
 #   seeds      the 1.31B's 300-step curve (as curves131) at other weight seeds (FP8_SEEDS, default "7 99"), bf16 and fp8
 #              tensorwise each: how far runs that differ only in the seed part, against how far fp8 parts from bf16
+#   variants   the same curve at the default seed with other fp8 settings (FP8_VARIANTS, default
+#              "e4m3:tensorwise e4m3:blockwise hybrid:delayed"): which part of hybrid tensorwise moves the curve
 #   example    examples/train_gpt_gpu.py (the user's recipe: graph, capture stream, graph-safe RNG, fp8), 4 layers, 8 steps
 #   pretrain   Megatron-LM's own pretrain_gpt.py (core_v0.19.0 in $MEGATRON_LM), TE spec, no TE, --fp8-format hybrid
 #              --fp8-recipe tensorwise, and --fp8-recipe mxfp8 (refused by name at build)
@@ -112,6 +114,13 @@ for s in $STAGES; do
         stage "seed_$seed" bash -c "$(declare -f run); $(declare -p gpt pack curve); RUNS=$CURVES; \
           run seed${seed}_bf16 200 \"\${curve[@]}\" --seed $seed; \
           run seed${seed}_fp8 200 \"\${curve[@]}\" --seed $seed --fp8 hybrid --fp8-recipe tensorwise"
+      done ;;
+    variants)
+      curve=(--preset llama131 --spec te --seq 1024 --mbs 4 --fresh-data --manual-gc --steps ${FP8_CURVE_STEPS:-300})
+      for v in ${FP8_VARIANTS:-e4m3:tensorwise e4m3:blockwise hybrid:delayed}; do
+        fits 100 "variant $v" || break
+        stage "variant_$v" bash -c "$(declare -f run); $(declare -p gpt pack curve); RUNS=$CURVES; \
+          run l131_curve_${v%%:*}_${v##*:} 200 \"\${curve[@]}\" --fp8 ${v%%:*} --fp8-recipe ${v##*:}"
       done ;;
     e2e281_1x8)
       b3x8=("${m281[@]}" --spec te --mbs 1 --microbatches 8 --steps 8 --cuda-graph

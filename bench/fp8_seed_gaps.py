@@ -1,0 +1,134 @@
+"""fp8 against bf16 over several weight seeds, against how far bf16 runs of different seeds part (issue 48).
+
+``python bench/fp8_seed_gaps.py RUN.json ... [--plot docs/fp8_loss_seeds.png] [--out gaps.json]`` reads gems_gpt runs of
+the 1.31B's 300-step curve (``bench/gpu_fp8.sh`` stages ``curves131`` and ``seeds``; a file holds one run, or several
+merged by name), groups them by weight seed (a run that records none is the 1234 every run used before ``--seed``
+existed), and prints:
+
+- per seed, each fp8 run (format and recipe; the seed sweep runs hybrid tensorwise) against bf16: the relative gap over the last 50 steps and over 10-step windows (mean), and
+  the first step each run's loss is below 10.0 (where it leaves the plateau near 10.3);
+- the same two gaps between bf16 runs of different seeds: how far two runs that differ only in their initial
+  weights part on this data, the yardstick the fp8 gap is read against beside DeepSeek-V3's 0.25%
+  (arXiv:2412.19437, section 3.3), which compares runs far past any plateau.
+
+Only the loss is read; the runs may come from different cards (each run's device is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+
+PLATEAU = 10.0
+
+
+def _runs(paths: list[str]) -> list[dict]:
+    out = []
+    for path in paths:
+        data = json.load(open(path))
+        out.extend([data] if "losses" in data else list(data.values()))
+    return out
+
+
+def _kind(run: dict) -> str:
+    """``bf16``, ``fp32`` or ``<format>:<recipe>`` (``hybrid:tensorwise``: a run that names no format was hybrid)."""
+    if run.get("fp32"):
+        return "fp32"
+    recipe = run.get("fp8_recipe")
+    return f"{run.get('fp8') or 'hybrid'}:{recipe}" if recipe else "bf16"
+
+
+def _gaps(run: list[float], ref: list[float]) -> dict[str, float]:
+    n = min(len(run), len(ref))
+    windows = [
+        abs(sum(run[i : i + 10]) - sum(ref[i : i + 10])) / sum(ref[i : i + 10]) for i in range(0, n - n % 10, 10)
+    ]
+    tail = min(50, n)
+    last = abs(sum(run[n - tail : n]) - sum(ref[n - tail : n])) / sum(ref[n - tail : n])
+    return {"last50": last, "window_mean": sum(windows) / len(windows)}
+
+
+def _leaves(losses: list[float]) -> int | None:
+    return next((i + 1 for i, v in enumerate(losses) if v < PLATEAU), None)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("runs", nargs="+")
+    parser.add_argument("--plot")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    by_seed: dict[int, dict[str, dict]] = {}
+    for run in _runs(args.runs):
+        if len(run.get("losses", [])) < 100 or _kind(run) == "fp32":
+            continue
+        by_seed.setdefault(int(run.get("seed") or 1234), {})[_kind(run)] = run
+    seeds = sorted(s for s, kinds in by_seed.items() if "bf16" in kinds and len(kinds) > 1)
+    rows: list[dict] = []
+    print(
+        f"{'seed':>6} {'fp8 run':>18} {'vs bf16 last50':>15} {'windows':>8} {'bf16 leaves':>12} {'fp8 leaves':>11}  device"
+    )
+    for seed in seeds:
+        bf16 = by_seed[seed]["bf16"]["losses"]
+        for kind, run in sorted(by_seed[seed].items()):
+            if kind == "bf16":
+                continue
+            row = {"seed": seed, "kind": kind, **_gaps(run["losses"], bf16)}
+            row.update(bf16_leaves=_leaves(bf16), fp8_leaves=_leaves(run["losses"]), device=run.get("device_name"))
+            rows.append(row)
+            print(
+                f"{seed:>6} {kind:>18} {row['last50']:>15.2%} {row['window_mean']:>8.2%} {row['bf16_leaves']!s:>12} "
+                f"{row['fp8_leaves']!s:>11}  {row['device']}"
+            )
+    pairs = {
+        f"{a}-{b}": _gaps(by_seed[a]["bf16"]["losses"], by_seed[b]["bf16"]["losses"])
+        for a, b in itertools.combinations(seeds, 2)
+    }
+    for name, pair in pairs.items():
+        print(f"bf16 seeds {name}: last50 {pair['last50']:.2%}, windows {pair['window_mean']:.2%}")
+    report: dict[str, object] = {"rows": rows, "bf16_between_seeds": pairs}
+    sweep = [r for r in rows if r["kind"] == "hybrid:tensorwise"]
+    if sweep:
+        summary: dict[str, object] = {
+            "seeds": [r["seed"] for r in sweep],
+            "fp8_vs_bf16_last50_median": statistics.median(r["last50"] for r in sweep),
+            "fp8_leaves_later_by_steps": [
+                r["fp8_leaves"] - r["bf16_leaves"] for r in sweep if r["fp8_leaves"] and r["bf16_leaves"]
+            ],
+        }
+        if pairs:
+            summary["bf16_vs_bf16_last50_median"] = statistics.median(p["last50"] for p in pairs.values())
+        report["summary"] = summary
+        print(json.dumps(summary))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+    if args.plot and seeds:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        plt.figure(figsize=(9, 5))
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        styles = ["--", ":", "-.", (0, (5, 1))]
+        for i, seed in enumerate(seeds):
+            c = colors[i % len(colors)]
+            plt.plot(by_seed[seed]["bf16"]["losses"], color=c, lw=1, label=f"seed {seed} bf16")
+            others = sorted(k for k in by_seed[seed] if k != "bf16")
+            for j, kind in enumerate(others):
+                losses = by_seed[seed][kind]["losses"]
+                plt.plot(losses, color=c, lw=1, ls=styles[j % len(styles)], label=f"seed {seed} {kind}")
+        plt.xlabel("step")
+        plt.ylabel("loss")
+        plt.title("1.31B, fresh Markov data: bf16 (solid) and fp8 (dashed, dotted) per weight seed")
+        plt.legend(fontsize=7, ncol=2)
+        plt.tight_layout()
+        plt.savefig(args.plot, dpi=110)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
