@@ -119,8 +119,9 @@ for s in $STAGES; do
       curve=(--preset llama131 --spec te --seq 1024 --mbs 4 --fresh-data --manual-gc --steps ${FP8_CURVE_STEPS:-300})
       for v in ${FP8_VARIANTS:-e4m3:tensorwise e4m3:blockwise hybrid:delayed}; do
         fits 100 "variant $v" || break
+        history=""; [ "${v##*:}" = delayed ] && history="--fp8-amax-history-len 16 --fp8-amax-compute-algo max"
         stage "variant_$v" bash -c "$(declare -f run); $(declare -p gpt pack curve); RUNS=$CURVES; \
-          run l131_curve_${v%%:*}_${v##*:} 200 \"\${curve[@]}\" --fp8 ${v%%:*} --fp8-recipe ${v##*:}"
+          run l131_curve_${v%%:*}_${v##*:} 200 \"\${curve[@]}\" --fp8 ${v%%:*} --fp8-recipe ${v##*:} $history"
       done ;;
     e2e281_1x8)
       b3x8=("${m281[@]}" --spec te --mbs 1 --microbatches 8 --steps 8 --cuda-graph
