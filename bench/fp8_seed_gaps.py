@@ -7,8 +7,9 @@ existed), and prints:
 
 - per seed, each fp8 run (format and recipe; the seed sweep runs hybrid tensorwise) against bf16: the relative gap over the last 50 steps and over 10-step windows (mean), and
   the first step each run's loss is below 10.0 (where it leaves the plateau near 10.3);
-- the same two gaps between bf16 runs of different seeds: how far two runs that differ only in their initial
-  weights part on this data, the yardstick the fp8 gap is read against beside DeepSeek-V3's 0.25%
+- the same two gaps between bf16 runs of different seeds (how far two runs that differ only in their initial
+  weights part on this data), and between two runs of the same seed and settings where given (the last one given is
+  the one compared above): the yardsticks the fp8 gap is read against beside DeepSeek-V3's 0.25%
   (arXiv:2412.19437, section 3.3), which compares runs far past any plateau.
 
 Only the loss is read; the runs may come from different cards (each run's device is printed).
@@ -59,12 +60,16 @@ def main() -> int:
     parser.add_argument("runs", nargs="+")
     parser.add_argument("--plot")
     parser.add_argument("--out")
+    parser.add_argument("--hidden", type=int, default=2048, help="the model read (runs of other sizes are skipped)")
     args = parser.parse_args()
-    by_seed: dict[int, dict[str, dict]] = {}
+    by_seed: dict[int, dict[str, dict]] = {}  # the last run given of each seed and kind
+    every: dict[tuple[int, str], list[dict]] = {}
     for run in _runs(args.runs):
-        if len(run.get("losses", [])) < 100 or _kind(run) == "fp32":
+        if len(run.get("losses", [])) < 100 or _kind(run) == "fp32" or run.get("hidden") != args.hidden:
             continue
-        by_seed.setdefault(int(run.get("seed") or 1234), {})[_kind(run)] = run
+        seed = int(run.get("seed") or 1234)
+        by_seed.setdefault(seed, {})[_kind(run)] = run
+        every.setdefault((seed, _kind(run)), []).append(run)
     seeds = sorted(s for s, kinds in by_seed.items() if "bf16" in kinds and len(kinds) > 1)
     rows: list[dict] = []
     print(
@@ -88,7 +93,18 @@ def main() -> int:
     }
     for name, pair in pairs.items():
         print(f"bf16 seeds {name}: last50 {pair['last50']:.2%}, windows {pair['window_mean']:.2%}")
-    report: dict[str, object] = {"rows": rows, "bf16_between_seeds": pairs}
+    reruns = {}  # the same seed and settings run twice: how far a run parts from itself (atomics, GEMM order)
+    for (seed, kind), runs in every.items():
+        for i, (a, b) in enumerate(itertools.combinations(runs, 2)):
+            reruns[f"{seed} {kind} #{i}"] = {
+                **_gaps(b["losses"], a["losses"]),
+                "leaves": [_leaves(a["losses"]), _leaves(b["losses"])],
+            }
+    for name, pair in reruns.items():
+        print(
+            f"rerun of seed {name}: last50 {pair['last50']:.2%}, windows {pair['window_mean']:.2%}, leaves {pair['leaves']}"
+        )
+    report: dict[str, object] = {"rows": rows, "bf16_between_seeds": pairs, "reruns": reruns}
     sweep = [r for r in rows if r["kind"] == "hybrid:tensorwise"]
     if sweep:
         summary: dict[str, object] = {
