@@ -179,3 +179,30 @@ def test_a_new_patch_beside_its_class_patch_composes_in_either_order(megatron_co
     fl_patch.uninstall()
     builders.NEW_CALLS.clear()
     assert type(upstream.__new__(upstream, [torch.ones(2)])) is upstream and builders.NEW_CALLS == []
+
+
+def test_a_new_patch_applied_before_its_class_patch_is_replaced_and_undone_in_full(megatron_core, engine) -> None:
+    """``Name.__new__`` patched first, ``Name`` later (a late registration): the ``__new__`` impl sits beneath the
+    redirect, where upstream's ``__new__`` was. Registered again, the old one is taken out from there (not left
+    running beneath the new one); uninstalled, upstream's class is built by upstream's ``__new__`` again, with no
+    copy of the impl left behind the pass-through that the class's undo leaves."""
+    import torch
+    from fltest_idioms import builders
+    from megatron.core.dist_checkpointing.strategies import checkpointable
+
+    upstream = checkpointable.LocalShardsContainer
+    fl_patch.register(f"{SHARDS}.__new__", "fltest_idioms.builders.local_shards_new")
+    fl_patch.install()
+    fl_patch.register(SHARDS, "fltest_idioms.builders.LocalShardsContainer")  # applied late, over the __new__ patch
+    records = {r.target: r for r in fl_patch.report() if r.target.startswith(SHARDS)}
+    assert records[SHARDS].status is Status.APPLIED and records[f"{SHARDS}.__new__"].status is Status.APPLIED, records
+    builders.NEW_CALLS.clear()
+    built = upstream.__new__(upstream, [torch.ones(2)])
+    assert type(built) is builders.LocalShardsContainer and builders.NEW_CALLS == [builders.LocalShardsContainer]
+    fl_patch.register(f"{SHARDS}.__new__", "fltest_idioms.builders.local_shards_new")  # a new registration
+    builders.NEW_CALLS.clear()
+    built = upstream.__new__(upstream, [torch.ones(2)])
+    assert type(built) is builders.LocalShardsContainer and builders.NEW_CALLS == [builders.LocalShardsContainer]
+    fl_patch.uninstall()
+    builders.NEW_CALLS.clear()
+    assert type(upstream.__new__(upstream, [torch.ones(2)])) is upstream and builders.NEW_CALLS == []

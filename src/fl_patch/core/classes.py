@@ -104,12 +104,17 @@ class _Redirect:
     ``_redirecting_new``); ``inner_new`` a separate patch of ``Name.__new__``, run in its place.
     """
 
-    __slots__ = ("building", "inner_new", "upstream_new", "upstream_signature")
+    __slots__ = ("beneath", "building", "inner_new", "upstream_new", "upstream_signature")
 
     def __init__(self, upstream_signature: inspect.Signature | None) -> None:
         self.building: tuple[type, Callable[..., Any] | None] | None = None
         self.upstream_new: Callable[..., Any] | None = None
         self.upstream_signature = upstream_signature
+        # What stood at ``Name.__new__`` when the redirect was first set (the class's own, ABSENT: inherited), run
+        # as upstream's. A patch of ``Name.__new__`` applied before the class's own patch is found here; its undo
+        # puts back what it replaced (``replace_beneath``) and the class's undo restores what is here, so neither
+        # leaves a copy of the impl running.
+        self.beneath: object = ABSENT
         # A patch of ``Name.__new__`` itself, registered beside the class's (``put_inside``): what the redirect
         # calls in place of upstream's ``__new__``; None: upstream's.
         self.inner_new: Callable[..., Any] | None = None
@@ -217,6 +222,22 @@ def take_out(holder: object, function: object, previous: Callable[..., Any] | No
     return True
 
 
+def beneath(holder: object) -> object:
+    """What the redirect at ``holder.__new__`` runs as upstream's ``__new__`` (ABSENT: none, or no redirect)."""
+    state = redirect_state_at(holder)
+    return state.beneath if state is not None else ABSENT
+
+
+def replace_beneath(holder: object, installed: object, previous: object) -> bool:
+    """Undo a ``Name.__new__`` patch (``installed``) that a later class patch's redirect found at the name and runs
+    as upstream's: the redirect runs ``previous`` (what the patch replaced) instead. Whether it was there."""
+    state = redirect_state_at(holder)
+    if state is None or state.beneath is not installed:
+        return False
+    state.beneath = previous
+    return True
+
+
 def upstream_new(original: type) -> Callable[..., Any]:
     """What ``original.__new__`` ran before fl_patch redirected it, called as ``f(cls, *args, **kwargs)``.
 
@@ -243,18 +264,19 @@ def undo(original: type, changes: list[ClassChange]) -> None:
         if current is not change.installed:
             continue  # someone else's value over ours: not ours to undo
         state = _state_of(current) if change.name == "__new__" else None
+        previous = change.previous
+        if state is not None and previous is not current:
+            previous = state.beneath  # (a __new__ patch beneath may have been undone since: what it put back)
         # Left as a pass-through also while a patch of Name.__new__ is inside it: putting the class's own __new__
         # back would drop that patch silently.
-        if state is not None and (
-            change.previous is ABSENT or change.previous is current or state.inner_new is not None
-        ):
+        if state is not None and (previous is ABSENT or previous is current or state.inner_new is not None):
             state.build(None, original)
             _face(current, state.upstream_signature)
             continue
-        if change.previous is ABSENT:
+        if previous is ABSENT:
             delattr(original, change.name)
         else:
-            setattr(original, change.name, change.previous)
+            setattr(original, change.name, previous)
 
 
 def _state_of(new: object) -> _Redirect | None:
@@ -273,8 +295,7 @@ def _face(new: object, signature: inspect.Signature | None) -> None:
 
 
 def _redirecting_new(original: type, previous: object, state: _Redirect) -> staticmethod:
-    own = previous.__func__ if isinstance(previous, staticmethod) else previous
-    own_new: Callable[..., Any] | None = own if callable(own) else None
+    state.beneath = previous
     object_new = object.__new__
 
     def upstream(cls: type, *args: Any, **kwargs: Any) -> Any:
@@ -285,7 +306,9 @@ def _redirecting_new(original: type, previous: object, state: _Redirect) -> stat
         return upstream_own(cls, *args, **kwargs)
 
     def upstream_own(cls: type, *args: Any, **kwargs: Any) -> Any:
-        if own_new is not None:
+        own = state.beneath  # (read at each call: replace_beneath may change it)
+        own_new = own.__func__ if isinstance(own, staticmethod) else own
+        if callable(own_new):
             return own_new(cls, *args, **kwargs)
         following = super(original, cls).__new__  # type: ignore[arg-type]  # (original is a class: mypy reads it as a value)
         if following is object_new:

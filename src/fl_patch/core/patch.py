@@ -157,7 +157,8 @@ class AppliedPatch:
             return _classes.inside(self.holder) is _function_of(self.installed)
         if self.proxy is not None:
             return current is self.proxy and _proxy_target(self.proxy) is self.installed
-        return current is self.installed
+        # (a Name.__new__ patch that a later class patch's redirect runs as upstream's: still in place, beneath it)
+        return current is self.installed or (self.name == "__new__" and _classes.beneath(self.holder) is self.installed)
 
     def is_dead(self) -> bool:
         """Its module is gone (purged from sys.modules and collected): nothing left to undo."""
@@ -481,6 +482,8 @@ def revert(patch: AppliedPatch) -> bool:
     if patch.proxy is not None:
         patch.proxy.__wrapped__ = patch.original  # type: ignore[attr-defined]
         return True
+    if patch.name == "__new__" and _classes.replace_beneath(patch.holder, patch.installed, patch.previous_own):
+        return True  # beneath a class patch's redirect (applied after this one): what this replaced runs there again
     if patch.previous_own is ABSENT:
         delattr(patch.holder, patch.name)
     else:
