@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 from typing import Any
 
@@ -53,8 +54,12 @@ def _build(args: argparse.Namespace, device: str) -> Any:  # (megatron's GPTMode
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(args.port))
+    port = args.port
+    if not port:  # a free port of this machine (the process group's store listens on it)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
     parallel_state.initialize_model_parallel(1, 1)
     torch.manual_seed(1)
@@ -84,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=512)
-    parser.add_argument("--port", type=int, default=29571)
+    parser.add_argument("--port", type=int, default=0, help="the process group's port (0: a free one)")
     parser.add_argument("--json", help="write the table here")
     args = parser.parse_args(argv)
     from fl_patch.impls.flaggems import fp8
