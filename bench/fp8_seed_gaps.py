@@ -22,6 +22,8 @@ import itertools
 import json
 import statistics
 
+from plot_fp8_curves import gap  # (bench/ is the script's directory: first on sys.path)
+
 PLATEAU = 10.0
 
 
@@ -39,16 +41,6 @@ def _kind(run: dict) -> str:
         return "fp32"
     recipe = run.get("fp8_recipe")
     return f"{run.get('fp8') or 'hybrid'}:{recipe}" if recipe else "bf16"
-
-
-def _gaps(run: list[float], ref: list[float]) -> dict[str, float]:
-    n = min(len(run), len(ref))
-    windows = [
-        abs(sum(run[i : i + 10]) - sum(ref[i : i + 10])) / sum(ref[i : i + 10]) for i in range(0, n - n % 10, 10)
-    ]
-    tail = min(50, n)
-    last = abs(sum(run[n - tail : n]) - sum(ref[n - tail : n])) / sum(ref[n - tail : n])
-    return {"last50": last, "window_mean": sum(windows) / len(windows)}
 
 
 def _leaves(losses: list[float]) -> int | None:
@@ -80,7 +72,7 @@ def main() -> int:
         for kind, run in sorted(by_seed[seed].items()):
             if kind == "bf16":
                 continue
-            row = {"seed": seed, "kind": kind, **_gaps(run["losses"], bf16)}
+            row = {"seed": seed, "kind": kind, **gap(run["losses"], bf16)}
             row.update(bf16_leaves=_leaves(bf16), fp8_leaves=_leaves(run["losses"]), device=run.get("device_name"))
             rows.append(row)
             print(
@@ -88,7 +80,7 @@ def main() -> int:
                 f"{row['fp8_leaves']!s:>11}  {row['device']}"
             )
     pairs = {
-        f"{a}-{b}": _gaps(by_seed[a]["bf16"]["losses"], by_seed[b]["bf16"]["losses"])
+        f"{a}-{b}": gap(by_seed[a]["bf16"]["losses"], by_seed[b]["bf16"]["losses"])
         for a, b in itertools.combinations(seeds, 2)
     }
     for name, pair in pairs.items():
@@ -97,7 +89,7 @@ def main() -> int:
     for (seed, kind), runs in every.items():
         for i, (a, b) in enumerate(itertools.combinations(runs, 2)):
             reruns[f"{seed} {kind} #{i}"] = {
-                **_gaps(b["losses"], a["losses"]),
+                **gap(b["losses"], a["losses"]),
                 "leaves": [_leaves(a["losses"]), _leaves(b["losses"])],
             }
     for name, pair in reruns.items():

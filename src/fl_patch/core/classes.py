@@ -104,7 +104,7 @@ class _Redirect:
     ``_redirecting_new``); ``inner_new`` a separate patch of ``Name.__new__``, run in its place.
     """
 
-    __slots__ = ("beneath", "building", "inner_new", "upstream_new", "upstream_signature")
+    __slots__ = ("beneath", "beneath_new", "building", "inner_new", "upstream_new", "upstream_signature")
 
     def __init__(self, upstream_signature: inspect.Signature | None) -> None:
         self.building: tuple[type, Callable[..., Any] | None] | None = None
@@ -115,6 +115,7 @@ class _Redirect:
         # puts back what it replaced (``replace_beneath``) and the class's undo restores what is here, so neither
         # leaves a copy of the impl running.
         self.beneath: object = ABSENT
+        self.beneath_new: Callable[..., Any] | None = None  # ``beneath`` as a function (None: inherited)
         # A patch of ``Name.__new__`` itself, registered beside the class's (``put_inside``): what the redirect
         # calls in place of upstream's ``__new__``; None: upstream's.
         self.inner_new: Callable[..., Any] | None = None
@@ -123,6 +124,10 @@ class _Redirect:
     def impl(self) -> type | None:
         building = self.building
         return building[0] if building is not None else None
+
+    def put_beneath(self, value: object) -> None:
+        function = value.__func__ if isinstance(value, staticmethod) else value
+        self.beneath, self.beneath_new = value, function if callable(function) else None
 
     def build(self, impl: type | None, original: type) -> None:
         self.building = (impl, _own_new(impl, original)) if impl is not None else None
@@ -159,7 +164,8 @@ def redirect(original: type, impl: type) -> tuple[list[ClassChange], list[str]]:
     if state is None:
         # (read before anything is set: inspect.signature(original) reads a class's own __new__ first)
         state = _Redirect(_signature_of(original, receiver=True))
-        new: object = _redirecting_new(original, current, state)
+        state.put_beneath(current)
+        new: object = _redirecting_new(original, state)
     else:
         new = current  # ours, left as a pass-through by an earlier undo: reused (see undo)
     changes: list[ClassChange] = []
@@ -234,7 +240,7 @@ def replace_beneath(holder: object, installed: object, previous: object) -> bool
     state = redirect_state_at(holder)
     if state is None or state.beneath is not installed:
         return False
-    state.beneath = previous
+    state.put_beneath(previous)
     return True
 
 
@@ -294,8 +300,7 @@ def _face(new: object, signature: inspect.Signature | None) -> None:
         vars(function).pop("__signature__", None)
 
 
-def _redirecting_new(original: type, previous: object, state: _Redirect) -> staticmethod:
-    state.beneath = previous
+def _redirecting_new(original: type, state: _Redirect) -> staticmethod:
     object_new = object.__new__
 
     def upstream(cls: type, *args: Any, **kwargs: Any) -> Any:
@@ -306,9 +311,8 @@ def _redirecting_new(original: type, previous: object, state: _Redirect) -> stat
         return upstream_own(cls, *args, **kwargs)
 
     def upstream_own(cls: type, *args: Any, **kwargs: Any) -> Any:
-        own = state.beneath  # (read at each call: replace_beneath may change it)
-        own_new = own.__func__ if isinstance(own, staticmethod) else own
-        if callable(own_new):
+        own_new = state.beneath_new  # (read at each call: replace_beneath may change it)
+        if own_new is not None:
             return own_new(cls, *args, **kwargs)
         following = super(original, cls).__new__  # type: ignore[arg-type]  # (original is a class: mypy reads it as a value)
         if following is object_new:

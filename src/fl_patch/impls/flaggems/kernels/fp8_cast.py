@@ -78,7 +78,8 @@ TILE = _tile(os.environ.get("FL_GEMS_FP8_CAST_TILE", "64,128,4"))
 _CONVERT = os.environ.get("FL_GEMS_FP8_CAST_CONVERT", "hardware")
 if _CONVERT not in ("hardware", "integer"):
     raise ValueError(f"FL_GEMS_FP8_CAST_CONVERT={_CONVERT!r}: expected 'hardware' (the default) or 'integer'")
-_HARDWARE = [_CONVERT == "hardware"]
+# (decided here, not per cast: interpreting() reads os.environ, microseconds on every linear call)
+_HARDWARE = [_CONVERT == "hardware" and not interpreting()]
 
 
 def set_tile(block_m: int, block_n: int, num_warps: int) -> None:
@@ -89,11 +90,7 @@ def set_tile(block_m: int, block_n: int, num_warps: int) -> None:
 
 def use_hardware_conversion(on: bool) -> None:
     """The GPU's ``cvt`` (default) or the integer rounding (the interpreter's path) on the GPU too (the bench)."""
-    _HARDWARE[0] = on
-
-
-def _hw() -> bool:
-    return _HARDWARE[0] and not interpreting()
+    _HARDWARE[0] = on and not interpreting()
 
 
 @triton.jit
@@ -268,7 +265,7 @@ def cast(
         _cast_kernel, None, _grid(m, n, TILE["BLOCK_M"], TILE["BLOCK_N"]), TILE,
         x, first.view(torch.uint8), second.view(torch.uint8),
         scale, scale_inv, amax_slot, m, n, x.stride(0), fp8_max, 2.0 ** -margin,
-        MODE=0 if current else 1, MANT=mant, BIAS=bias, EMIN=emin, HW=_hw(), WRITE_Q=q is not None, WRITE_QT=qt is not None,
+        MODE=0 if current else 1, MANT=mant, BIAS=bias, EMIN=emin, HW=_HARDWARE[0], WRITE_Q=q is not None, WRITE_QT=qt is not None,
     )  # fmt: skip
 
 
@@ -293,7 +290,7 @@ def cast_1x128(
         launch(
             _cast_1x128_kernel, None, _grid(m, n, block, block), _BLOCK,
             x, q.view(torch.uint8), s, (qt if qt is not None else q).view(torch.uint8), st if st is not None else s,
-            m, n, x.stride(0), fp8_max, 2.0 ** -margin, MANT=mant, BIAS=bias, EMIN=emin, HW=_hw(),
+            m, n, x.stride(0), fp8_max, 2.0 ** -margin, MANT=mant, BIAS=bias, EMIN=emin, HW=_HARDWARE[0],
             WRITE_QT=transposed,
         )  # fmt: skip
     return q, s.t(), qt, (st.t() if st is not None else None)
@@ -320,6 +317,6 @@ def cast_128x128(
         launch(
             _cast_128x128_kernel, None, _grid(m, n, block, block), _BLOCK,
             x, q.view(torch.uint8), s, qt.view(torch.uint8), st, m, n, x.stride(0), s.stride(0), st.stride(0),
-            fp8_max, 2.0 ** -margin, MANT=mant, BIAS=bias, EMIN=emin, HW=_hw(),
+            fp8_max, 2.0 ** -margin, MANT=mant, BIAS=bias, EMIN=emin, HW=_HARDWARE[0],
         )  # fmt: skip
     return q, s[:, :bn], qt, st[:, :bm]
