@@ -12,7 +12,9 @@
 #              step, megatron's full-iteration CUDA graph, gradient accumulation fusion, fused QKV RoPE, TE spec: bf16 and
 #              fp8 tensorwise (the same model, batch and machine); e2e131_more: fp8 blockwise and delayed;
 #              e2e131_delayed: fp8 delayed only; e2e131_before: fp8 tensorwise with the cast kernels as they were
-#              before the hardware conversion and the tile sweep (FL_GEMS_FP8_CAST_CONVERT=integer, tile 64,128,8)
+#              before the hardware conversion and the tile sweep (FL_GEMS_FP8_CAST_CONVERT=integer, tile 64,128,8);
+#              e2e131_swiglu_off: fp8 tensorwise and delayed without the SwiGLU kernels' casts (FL_GEMS_FP8_SWIGLU_CAST=0:
+#              the casts of fc2's input and fc1's output gradient run as separate kernels, as before fp8_swiglu.py)
 #   e2e281     the 2.81B (26 layers, hidden 3072, GQA 24/8, SwiGLU 8192, seq 4096), 2 x 4 sequences: bf16, fp8 tensorwise;
 #              e2e281_1x8: the same at 1 x 8 sequences (fp8 at 2 x 4 does not fit an 80 GB card)
 #   cold       a shape no seed was measured for (hidden 2560, SwiGLU 6848, seq 2048, 4 layers), empty caches: the shipped
@@ -107,6 +109,12 @@ for s in $STAGES; do
       stage e2e131_before bash -c "export FL_GEMS_FP8_CAST_TILE=64,128,8 FL_GEMS_FP8_CAST_CONVERT=integer; \
         $(declare -f run); $(declare -p gpt pack l131 RUNS); \
         run l131_fp8_tensorwise_before 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe tensorwise" ;;
+    e2e131_swiglu_off)
+      fits 130 e2e131_swiglu_off || continue
+      stage e2e131_swiglu_off bash -c "export FL_GEMS_FP8_SWIGLU_CAST=0; $(declare -f run); $(declare -p gpt pack l131 RUNS); \
+        run l131_fp8_tensorwise_swiglu_off 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe tensorwise; \
+        run l131_fp8_delayed_swiglu_off 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe delayed --fp8-amax-history-len 16 \
+          --fp8-amax-compute-algo max" ;;
     seeds)
       curve=(--preset llama131 --spec te --seq 1024 --mbs 4 --fresh-data --manual-gc --steps ${FP8_CURVE_STEPS:-300})
       for seed in ${FP8_SEEDS:-7 99}; do

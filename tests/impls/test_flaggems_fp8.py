@@ -165,6 +165,65 @@ def test_weight_copy_is_made_once_a_step_and_again_when_the_weight_changes() -> 
     assert fp8.STATS["weight_casts"] == 4
 
 
+def _offered(layer: fp8.LinearFp8, x: torch.Tensor, role: str, amax_factor: float = 1.0) -> None:
+    """Offer ``layer`` a cast of ``x`` as the SwiGLU kernel makes it (here with torch: the CPU has no kernel)."""
+    made = layer.produced_cast(role, x.shape[0], x.shape[1], x.device, need_t=True)
+    assert made is not None
+    made.slots[1] = x.float().abs().amax() * amax_factor
+    if made.q is not None:  # delayed: the fp8 copies at the layer's scale
+        assert made.scale is not None and made.qt is not None
+        q, qt = fq.quantize_delayed(x, made.dtype, made.scale, torch.zeros(1), transposed=True)
+        assert q is not None and qt is not None
+        made.q.copy_(q.data)
+        made.qt.copy_(qt.data)
+        made.slots[0:1].copy_(q.scale_inv)
+    layer.offer(made, x)
+
+
+@pytest.mark.parametrize("kind", ["tensorwise", "delayed"])
+def test_a_cast_offered_by_its_producer_is_taken_for_that_tensor_only(kind: str) -> None:
+    """``LinearFp8.offer`` (the SwiGLU kernels' casts, ``fp8_swiglu.py``): the layer's next cast of that very tensor
+    uses it and gives the bytes and delayed-scaling state of its own cast; a copy of the tensor, or the tensor changed
+    in place after the offer, is cast afresh (an offer for another tensor is never used). A wrong offered amax shows
+    in the result: the offer is really what the layer used."""
+    recipe = fp8.Recipe(format="hybrid", kind=kind, amax_history_len=2)
+    x = _data(5)[0]
+
+    def operands(layer: fp8.LinearFp8, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        q, qt = layer.quantize_input(t, 0, need_t=True)
+        assert qt is not None
+        state = layer.delayed_state(t.device) if kind == "delayed" else {}
+        return (
+            q.data.view(torch.uint8),
+            qt.data.view(torch.uint8),
+            q.scale_inv.clone(),
+            *[v.clone() for v in state.values()],
+        )
+
+    own = operands(fp8.LinearFp8(recipe), x)
+    fp8.STATS["casts_from_producers"] = 0
+    layer = fp8.LinearFp8(recipe)
+    _offered(layer, x, "input")
+    taken = operands(layer, x)
+    assert fp8.STATS["casts_from_producers"] == 1 and all(torch.equal(a, b) for a, b in zip(own, taken, strict=True))
+    for other in (x.clone(), None):
+        layer = fp8.LinearFp8(recipe)
+        _offered(layer, x, "input")
+        if other is None:
+            x.mul_(1.0)  # in place, the same values: the version moved, so the offer no longer stands
+            other = x
+        got = operands(layer, other)
+        assert fp8.STATS["casts_from_producers"] == 1 and all(torch.equal(a, b) for a, b in zip(own, got, strict=True))
+    if kind == "tensorwise":  # the amax is the offer's: twice the true one halves the scale
+        layer = fp8.LinearFp8(recipe)
+        _offered(layer, x, "input", amax_factor=2.0)
+        assert torch.equal(operands(layer, x)[2], own[2] * 2)
+    layer = fp8.LinearFp8(recipe)  # a gradient's offer is not an input's
+    _offered(layer, x, "grad")
+    operands(layer, x)
+    assert fp8.STATS["casts_from_producers"] == (2 if kind == "tensorwise" else 1)  # (the wrong-amax case: +1)
+
+
 def test_quantized_values_are_the_nearest_fp8_values() -> None:
     """Every cast element is within half an fp8 step of its scaled input (round to nearest), saturating at the
     format's largest value; the scale maps the tensor's amax onto it (times 2**-margin)."""
@@ -393,6 +452,33 @@ def test_cast_kernels_give_torchs_bytes_in_the_interpreter(run_python) -> None:
     assert len(results) == 11 and not bad, bad
 
 
+@_needs_triton_cpu
+def test_swiglu_kernels_make_the_linears_casts_bit_for_bit(run_python) -> None:
+    """The SwiGLU kernels that cast what they write (``kernels/swiglu_fp8.py``, ``fp8_swiglu.py``), in the
+    interpreter: output, input gradient, amax and (delayed) fp8 copies equal the plain SwiGLU followed by the cast
+    kernels, bit for bit; megatron's TE-spec GPT in fp8 gives the same losses, gradients and delayed-scaling state
+    with and without them, two casts a layer and pass made by the SwiGLU."""
+    env = triton_env(
+        interpret=True,
+        MG_FL_PREFER="flaggems",
+        GEMS_PORT=str(30300 + os.getpid() % 90),
+        # RoPE's and attention's kernels take most of a minute in the interpreter and touch nothing checked here
+        FL_PATCH_DISABLE="megatron.core.models.common.embeddings.rope_utils.apply_rotary_pos_emb,"
+        "fl_patch.impls.te.modules.attention",
+    )
+    proc = run_python(str(SUPPORT / "flaggems" / "gems_fp8_swiglu.py"), env=env, check=False, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    kernels = result["kernels"]
+    assert len(kernels) == 32 and all(kernels.values()), [k for k, v in kernels.items() if not v]
+    assert set(result["megatron"]) == {"tensorwise_hybrid", "delayed_hybrid", "delayed_e4m3_margin_bf16_wgrad"}
+    for name, case in result["megatron"].items():
+        assert case["made"] == 2 * 2 * 2 and case["made_without"] == 0, (name, case)  # 2 layers, 2 passes
+        assert case["losses"] == case["losses_without"] and case["grads_compared"] > 0, (name, case)
+        assert case["differing_grads"] == [] and case["state_same"], (name, case)
+        assert case["stateful"] == (8 if name.startswith("delayed") else 0), (name, case)
+
+
 _TILE_SNIPPET = """
 import json, torch
 from fl_patch.impls.flaggems import fp8_quant as fq
@@ -550,6 +636,19 @@ def test_cast_kernels_give_torchs_bytes_on_the_gpu(tile: str) -> None:
         assert torch.equal(s, decode), "128x128 scales"
     finally:
         fp8_cast.set_tile(*map(int, before.split(",")))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_swiglu_casts_equal_the_cast_kernels_on_the_gpu(run_python) -> None:
+    """The SwiGLU kernels that cast what they write, with the GPU's fp8 conversion: output, input gradient, amax and the
+    delayed fp8 copies equal the plain SwiGLU followed by the cast kernels, bit for bit (both formats, bias or not)."""
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
+    script = str(SUPPORT / "flaggems" / "gems_fp8_swiglu.py")
+    proc = run_python(script, "--kernels-only", "--device", "cuda", env=env, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    kernels = json.loads(proc.stdout.strip().splitlines()[-1])["kernels"]
+    assert len(kernels) == 32 and all(kernels.values()), [k for k, v in kernels.items() if not v]
 
 
 def _curve(run_python, tmp_path: Path, name: str, env: dict[str, str], *args: str) -> dict:

@@ -67,12 +67,14 @@ __all__ = [
     "Fp8Padding",
     "Fp8Unpadding",
     "LinearFp8",
+    "ProducedCast",
     "Recipe",
     "active_recipe",
     "fp8_layer",
     "fp8_summary",
     "get_fp8_context",
     "get_fp8_recipe",
+    "producer",
     "recipe_for",
     "te_checkpoint",
 ]
@@ -334,7 +336,12 @@ def config_te_min_version(version: str, check_equality: bool = True) -> bool:
 
 
 # --------------------------------------------------------------------------- counting (said once, inspectable)
-STATS: dict[str, int] = {"fp8_gemm_calls": 0, "bf16_calls": 0, "weight_casts": 0}
+STATS: dict[str, int] = {
+    "fp8_gemm_calls": 0,
+    "bf16_calls": 0,
+    "weight_casts": 0,
+    "casts_from_producers": 0,  # casts made (delayed) or begun (their amax) by the kernel that wrote the tensor
+}
 _said: set[str] = set()
 
 
@@ -366,8 +373,9 @@ atexit.register(_say_at_exit)
 
 
 def fp8_summary() -> dict[str, int]:
-    """How many linear calls ran their GEMMs in fp8, how many in bf16 under fp8 (each cause logged once), and how
-    many fp8 weight copies were made (once a step per weight under megatron's schedules)."""
+    """How many linear calls ran their GEMMs in fp8, how many in bf16 under fp8 (each cause logged once), how many
+    fp8 weight copies were made (once a step per weight under megatron's schedules), and how many input or gradient
+    casts the kernel that wrote the tensor made or began (the SwiGLU's: ``fp8_swiglu.py``)."""
     return dict(STATS)
 
 
@@ -402,6 +410,35 @@ def _first_microbatch_seen(module: Any) -> bool:
     return first is False
 
 
+@dataclass
+class ProducedCast:
+    """The fp8 cast of a tensor made by the kernel that wrote it (``kernels/swiglu_fp8.py``), for one
+    :class:`LinearFp8`'s cast of that tensor (:meth:`LinearFp8.produced_cast`, :meth:`LinearFp8.offer`)."""
+
+    role: str  # "input" or "grad"
+    dtype: torch.dtype
+    slots: torch.Tensor  # fq.scale_slots: [scale_inv, amax, scale]; the producer fills amax (and scale_inv: delayed)
+    scale: torch.Tensor | None = None  # delayed: the layer's scale slot the producer cast with
+    q: torch.Tensor | None = None  # delayed: the fp8 copy [rows, cols]
+    qt: torch.Tensor | None = None  # delayed: its transpose [cols, rows], where the weight gradient is fp8
+    source: torch.Tensor | None = None  # the tensor cast (held while offered)
+    identity: tuple = ()
+
+
+def _identity(t: torch.Tensor) -> tuple:
+    return (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t._version)
+
+
+def producer(tensor: torch.Tensor) -> LinearFp8 | None:
+    """The :class:`LinearFp8` whose fp8 GEMM computed ``tensor`` (its autograd node is that GEMM's), else None: the
+    layer whose backward will cast this tensor's gradient."""
+    node = tensor.grad_fn
+    if node is None or getattr(type(node), "_forward_cls", None) is not _Fp8Linear:
+        return None
+    layer = getattr(node, "layer", None)
+    return layer if isinstance(layer, LinearFp8) else None
+
+
 class LinearFp8:
     """One TE-compatible linear's fp8: its recipe, delayed-scaling state (TE's layout) and fp8 weight copies.
 
@@ -416,8 +453,21 @@ class LinearFp8:
         self.num_gemms = num_gemms
         self._delayed: dict[str, torch.Tensor] | None = None
         self._weights: dict[int, tuple[tuple[int, int], fq.Operand, fq.Operand]] = {}
+        self._offered: dict[str, ProducedCast] = {}  # "input" / "grad": a cast the producing kernel made
 
     # ----------------------------------------------------------------- when fp8 runs
+    def bf16_reason(self, tokens: int, weight_shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> str | None:
+        """Why a call of ``tokens`` rows in ``dtype`` through a weight of ``weight_shape`` runs in bf16 (None: fp8)."""
+        align = self.recipe.align
+        out_features, in_features = weight_shape
+        if out_features % align or in_features % align:
+            return f"a linear of {in_features} -> {out_features} features (not multiples of {align})"
+        if tokens % align:
+            return f"a call of {tokens} tokens (not a multiple of {align})"
+        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            return f"input of dtype {dtype}"
+        return None
+
     def takes(self, x: torch.Tensor, weight: torch.Tensor, rows: int | None = None) -> bool:
         """Whether this call runs in fp8: inside an fp8 region, with sizes the fp8 GEMMs take (else bf16, said once)."""
         recipe = active_recipe()
@@ -427,17 +477,10 @@ class LinearFp8:
             raise _error(
                 f"fp8 region's recipe {recipe.kind!r} differs from {self.recipe.kind!r}, the one this layer was built for"
             )
-        align = self.recipe.align
-        out_features, in_features = weight.shape
         tokens = rows if rows is not None else x.numel() // max(x.shape[-1], 1)
-        if out_features % align or in_features % align:
-            _note_bf16(f"a linear of {in_features} -> {out_features} features (not multiples of {align})")
-            return False
-        if tokens % align:
-            _note_bf16(f"a call of {tokens} tokens (not a multiple of {align})")
-            return False
-        if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            _note_bf16(f"input of dtype {x.dtype}")
+        reason = self.bf16_reason(tokens, weight.shape, x.dtype)
+        if reason is not None:
+            _note_bf16(reason)
             return False
         return True
 
@@ -480,8 +523,63 @@ class LinearFp8:
         history[0].zero_()
 
     # ----------------------------------------------------------------- operands
+    # ----------------------------------------------------------------- casts made by the producing kernel
+    def produced_cast(self, role: str, rows: int, cols: int, device: torch.device, need_t: bool) -> ProducedCast | None:
+        """What the kernel writing a [rows, cols] tensor should make for this layer's next cast of it (``role``
+        ``"input"``: the forward's input; ``"grad"``: the output gradient). Current scaling: the amax (the cast still
+        runs, without its amax pass); delayed: the fp8 copies at this layer's scale (no cast left). None for block
+        scaling and for grouped layers (not served: the cast runs as usual)."""
+        r = self.recipe
+        if r.kind not in ("tensorwise", "delayed") or self.num_gemms != 1:
+            return None
+        dtype = r.fwd_dtype if role == "input" else r.bwd_dtype
+        made = ProducedCast(role, dtype, fq.scale_slots(device))
+        if r.kind == "delayed":
+            state = self.delayed_state(device)
+            made.scale = state["scale_fwd" if role == "input" else "scale_bwd"][0:1]
+            made.q = torch.empty((rows, cols), dtype=dtype, device=device)
+            made.qt = torch.empty((cols, rows), dtype=dtype, device=device) if need_t else None
+        return made
+
+    def offer(self, made: ProducedCast, source: torch.Tensor) -> None:
+        """``made`` is the cast of ``source`` (2-D, as written): this layer's next cast of that very tensor uses it.
+        The offer holds ``source``: while it stands, no other tensor can take its memory, so a tensor with its
+        address, shape, strides and version (``_identity``) is ``source`` or a view of it, unchanged since."""
+        made.source, made.identity = source, _identity(source)
+        self._offered[made.role] = made
+
+    def _produced(
+        self, role: str, x2: torch.Tensor, gemm: int, need_t: bool
+    ) -> tuple[fq.Operand, fq.Operand | None] | None:
+        """The operands from a cast offered for ``x2`` (taken once), or None: no offer, or one for another tensor."""
+        made = self._offered.pop(role, None)
+        if made is None or gemm != 0 or made.identity != _identity(x2):
+            return None
+        if made.q is None:  # current scaling: the producer's amax, then the cast alone
+            q, qt = fq.quantize_tensorwise(x2, made.dtype, self.recipe.margin, transposed=need_t, slots=made.slots)
+            assert q is not None
+            STATS["casts_from_producers"] += 1
+            return q, qt
+        if need_t and made.qt is None:
+            return None
+        state = self.delayed_state(x2.device)
+        key = "fwd" if role == "input" else "bwd"
+        if made.scale is None or made.scale.data_ptr() != state[f"scale_{key}"].data_ptr():
+            return None  # the state was replaced since (a checkpoint loaded in between): cast again
+        history = state[f"amax_history_{key}"][0, 0:1]  # what the cast kernel's atomic_max would have set
+        history.copy_(torch.maximum(history, made.slots[1:2]))
+        scale_inv = made.slots[0:1]
+        STATS["casts_from_producers"] += 1
+        return fq.Operand(made.q, scale_inv), (
+            fq.Operand(made.qt, scale_inv) if need_t and made.qt is not None else None
+        )
+
     def quantize_input(self, x2: torch.Tensor, gemm: int, need_t: bool) -> tuple[fq.Operand, fq.Operand | None]:
         r = self.recipe
+        if self._offered:
+            produced = self._produced("input", x2, gemm, need_t)
+            if produced is not None:
+                return produced
         if r.kind == "blockwise":
             return fq.quantize_1x128(x2, r.fwd_dtype, r.margin, transposed=need_t)
         if r.kind == "delayed":
@@ -498,6 +596,10 @@ class LinearFp8:
 
     def quantize_grad(self, dy2: torch.Tensor, gemm: int, need_t: bool) -> tuple[fq.Operand, fq.Operand | None]:
         r = self.recipe
+        if self._offered:
+            produced = self._produced("grad", dy2, gemm, need_t)
+            if produced is not None:
+                return produced
         if r.kind == "blockwise":
             return fq.quantize_1x128(dy2, r.bwd_dtype, r.margin, transposed=need_t)
         if r.kind == "delayed":

@@ -43,6 +43,7 @@ __all__ = [
     "quantize_128x128",
     "quantize_delayed",
     "quantize_tensorwise",
+    "scale_slots",
     "scaled_mm",
 ]
 
@@ -99,27 +100,46 @@ def _cast_reference(x2: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -
     return (x2.float() * scale).clamp_(-limit, limit).to(dtype)
 
 
+def scale_slots(device: torch.device) -> torch.Tensor:
+    """The fp32 slots of one per-tensor cast: ``[scale_inv, amax, scale]``, zeroed.
+
+    scale_inv first: cuBLASLt takes a scale pointer only 16-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED otherwise, seen
+    on an H200 with CUDA 13), and a storage starts 256-byte aligned; amax and scale only the cast kernels read."""
+    return torch.zeros(3, dtype=torch.float32, device=device)
+
+
 def quantize_tensorwise(
-    x: torch.Tensor, dtype: torch.dtype, margin: int = 0, *, rowwise: bool = True, transposed: bool = False
+    x: torch.Tensor,
+    dtype: torch.dtype,
+    margin: int = 0,
+    *,
+    rowwise: bool = True,
+    transposed: bool = False,
+    slots: torch.Tensor | None = None,
 ) -> tuple[Operand | None, Operand | None]:
-    """Current (per-tensor) scaling: x's own amax sets the scale. Returns (x as [rows, cols], x transposed)."""
+    """Current (per-tensor) scaling: x's own amax sets the scale. Returns (x as [rows, cols], x transposed).
+
+    ``slots`` (:func:`scale_slots`) whose amax the kernel that wrote ``x`` already set to max |x| (the SwiGLU's,
+    ``kernels/swiglu_fp8.py``): no amax pass here."""
     x2 = _rows(x)
     m, n = x2.shape
-    # scale_inv first: cuBLASLt takes a scale pointer only 16-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED otherwise,
-    # seen on an H200 with CUDA 13), and a storage starts 256-byte aligned; amax and scale only the cast kernels read
-    slots = torch.zeros(3, dtype=torch.float32, device=x2.device)  # scale_inv, amax, scale
+    known = slots is not None
+    if slots is None:
+        slots = scale_slots(x2.device)
     scale_inv, amax, scale = slots[0:1], slots[1:2], slots[2:3]
     q = torch.empty((m, n), dtype=dtype, device=x2.device) if rowwise else None
     qt = torch.empty((n, m), dtype=dtype, device=x2.device) if transposed else None
     if _use_kernel(x2):
         from .kernels import fp8_cast
 
-        fp8_cast.amax(x2, amax)
+        if not known:
+            fp8_cast.amax(x2, amax)
         fp8_cast.cast(
             x2, dtype, scale=scale, scale_inv=scale_inv, amax_slot=amax, current=True, margin=margin, q=q, qt=qt
         )
     else:
-        amax.copy_(x2.abs().amax() if x2.numel() else torch.zeros((), device=x2.device))
+        if not known:
+            amax.copy_(x2.abs().amax() if x2.numel() else torch.zeros((), device=x2.device))
         scale.copy_(_scale_from_amax(amax, dtype, margin))
         scale_inv.copy_(1.0 / scale)
         cast = _cast_reference(x2, scale, dtype)

@@ -9,7 +9,9 @@ is ``torch.compile`` (5-20 s of compile per shape) over the same arithmetic.
 How: two patches.
 - ``MLP.forward``: for a SwiGLU MLP (gated linear unit, ``F.silu``, no clamp, no
   linear offset, no TE activation module) it runs fc1, the pack's SwiGLU (which adds
-  fc1's bias when there is one), fc2, and returns what upstream returns. Anything else
+  fc1's bias when there is one), fc2, and returns what upstream returns. Under fp8,
+  where both linears run their GEMMs in fp8, the SwiGLU kernels also make the fp8
+  casts of fc2's input and fc1's output gradient (``fp8_swiglu.py``). Anything else
   (``bias_activation_fusion=True`` included, which reaches the next patch, and a
   SequentialMLP expert's ``per_token_scale``, where torch's ops were measured faster) is
   upstream's forward.
@@ -82,7 +84,12 @@ def mlp_forward(
         fallback("swiglu", reason)
         return fl_patch.original(MLP_FORWARD)(self, hidden_states, per_token_scale, **kwargs)
     intermediate, bias = apply_module(self.linear_fc1)(hidden_states)
-    intermediate = ops.swiglu(intermediate, bias)
+    casting = None
+    if getattr(self.config, "fp8", None):  # both linears in fp8: the SwiGLU kernels make their casts (fp8_swiglu.py)
+        from .fp8_swiglu import swiglu_casting
+
+        casting = swiglu_casting(self, intermediate, bias)
+    intermediate = ops.swiglu(intermediate, bias) if casting is None else casting
     return apply_module(self.linear_fc2)(intermediate)
 
 
