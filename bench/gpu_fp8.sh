@@ -7,6 +7,9 @@
 #   tests_te   the TE-spec GPU tests the fp8 change touches (tests/impls/test_flaggems_gpu.py: TE spec, MoE, MLA, autotune store)
 #   sweep      bench/gpu_fp8_ops.py --sweep-cast: the per-tensor cast kernels' candidate tiles timed (and checked against
 #              torch's bytes); the fastest is exported as FL_GEMS_FP8_CAST_TILE for every later stage
+#   sweep_swiglu  bench/gpu_fp8_ops.py --sweep-swiglu: the SwiGLU kernels that make the fp8 casts, per candidate tile,
+#              against the separate kernels (bytes checked equal); the fastest forward and backward tiles are exported
+#              as FL_GEMS_FP8_SWIGLU_TILE / FL_GEMS_FP8_SWIGLU_BWD_TILE for every later stage
 #   ops        bench/gpu_fp8_ops.py: GEMM TFLOP/s bf16 vs fp8, the cast kernels' bandwidth, one linear fwd+bwd bf16 vs fp8
 #   e2e131     the 1.31B Llama-style model (25 layers, hidden 2048, GQA 16/8, SwiGLU 5632, seq 4096), 8 x 4 sequences a
 #              step, megatron's full-iteration CUDA graph, gradient accumulation fusion, fused QKV RoPE, TE spec: bf16 and
@@ -83,6 +86,15 @@ for s in $STAGES; do
       stage sweep timeout 240 python3 bench/gpu_fp8_ops.py --sweep-cast --out "$OUT/sweep.json" --repeat 15 | tee /tmp/sweep.txt
       best=$(tail -1 /tmp/sweep.txt)
       if [[ $best =~ ^[0-9]+,[0-9]+,[0-9]+$ ]]; then export FL_GEMS_FP8_CAST_TILE=$best; echo "=== FL_GEMS_FP8_CAST_TILE=$best"; fi ;;
+    sweep_swiglu)
+      fits 120 sweep_swiglu || continue
+      stage sweep_swiglu timeout 240 python3 bench/gpu_fp8_ops.py --sweep-swiglu --out "$OUT/sweep_swiglu.json" --repeat 15 \
+        | tee /tmp/sweep_swiglu.txt
+      read -r fwd bwd < <(tail -1 /tmp/sweep_swiglu.txt)
+      if [[ $fwd =~ ^[0-9]+,[0-9]+,[0-9]+$ && $bwd =~ ^[0-9]+,[0-9]+,[0-9]+$ ]]; then
+        export FL_GEMS_FP8_SWIGLU_TILE=$fwd FL_GEMS_FP8_SWIGLU_BWD_TILE=$bwd
+        echo "=== FL_GEMS_FP8_SWIGLU_TILE=$fwd FL_GEMS_FP8_SWIGLU_BWD_TILE=$bwd"
+      fi ;;
     ops)
       fits 150 ops || continue
       stage ops timeout 200 python3 bench/gpu_fp8_ops.py --out "$OUT/ops.json" --repeat 15 ;;

@@ -230,6 +230,90 @@ def sweep_cast(dev: str, repeat: int, dry: bool, tokens: int) -> tuple[list[dict
     return rows, best
 
 
+SWIGLU_TILES = [
+    (64, 128, 4), (64, 128, 8), (32, 128, 4), (32, 128, 8), (64, 64, 4), (128, 64, 8), (32, 64, 4), (16, 128, 4),
+    (128, 128, 8), (32, 256, 8),
+]  # fmt: skip
+
+
+def sweep_swiglu(dev: str, repeat: int, dry: bool, tokens: int) -> tuple[list[dict], str, str]:
+    """The SwiGLU kernels that make the fp8 casts (``kernels/swiglu_fp8.py``) at every candidate tile, against the
+    plain SwiGLU kernel followed by the cast kernels (what runs with ``FL_GEMS_FP8_SWIGLU_CAST=0``), forward (fc2's
+    input) and backward (fc1's output gradient), current and delayed scaling, on the 1.31B's MLP at ``tokens``; each
+    tile's results checked equal to the separate kernels' bit for bit. Returns the rows and the fastest forward and
+    backward tiles among the correct ones."""
+    from fl_patch.impls.flaggems.kernels import swiglu_fp8
+    from fl_patch.impls.flaggems.kernels.swiglu import SwiGLUFunction
+
+    ffn = MODELS["1.31B"][2] if not dry else 256
+    y = (torch.randn(tokens, 2 * ffn, device=dev) * 2).to(torch.bfloat16).requires_grad_(True)
+    dout = (torch.randn(tokens, ffn, device=dev) * 1e-3).to(torch.bfloat16)
+    out = SwiGLUFunction.apply(y, None)
+    scale = torch.full((1,), 0.37, device=dev)
+    yd = y.detach()
+
+    def separate(direction: str, delayed: bool) -> tuple[torch.Tensor, ...]:
+        if direction == "fwd":
+            with torch.no_grad():
+                t = SwiGLUFunction.apply(yd, None)
+        else:
+            (t,) = torch.autograd.grad(out, y, dout, retain_graph=True)
+        if delayed:
+            amax = torch.zeros(1, device=dev)
+            q, qt = fq.quantize_delayed(t, fq.E4M3, scale, amax, transposed=True)
+        else:
+            q, qt = fq.quantize_tensorwise(t, fq.E4M3, transposed=True)
+        assert q is not None and qt is not None
+        return t, q.data, qt.data, q.scale_inv
+
+    def fused(direction: str, delayed: bool) -> tuple[torch.Tensor, ...]:
+        slots = fq.scale_slots(torch.device(dev))
+        width = ffn if direction == "fwd" else 2 * ffn
+        t = torch.empty(tokens, width, device=dev, dtype=torch.bfloat16)
+        extra: dict = {}
+        if delayed:
+            extra = dict(
+                scale=scale, scale_inv=slots[0:1], q=torch.empty(tokens, width, device=dev, dtype=fq.E4M3),
+                qt=torch.empty(width, tokens, device=dev, dtype=fq.E4M3),
+            )  # fmt: skip
+        if direction == "fwd":
+            swiglu_fp8.forward(yd, None, t, dtype=fq.E4M3, amax=slots[1:2], **extra)
+        else:
+            swiglu_fp8.backward(yd, None, dout, t, dtype=fq.E4M3, amax=slots[1:2], **extra)
+        if delayed:
+            return t, extra["q"], extra["qt"], slots[0:1]
+        q, qt = fq.quantize_tensorwise(t, fq.E4M3, transposed=True, slots=slots)
+        assert q is not None and qt is not None
+        return t, q.data, qt.data, q.scale_inv
+
+    def same(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> bool:
+        return all(torch.equal(u.view(torch.uint8), v.view(torch.uint8)) for u, v in zip(a, b, strict=True))
+
+    cases = [(d, delayed) for d in ("fwd", "bwd") for delayed in (False, True)]
+    rows: list[dict] = [{"tile": "separate kernels"}]
+    for d, delayed in cases:
+        rows[0][f"{d}_{'delayed' if delayed else 'current'}_ms"] = timed(partial(separate, d, delayed), repeat, dry)
+    for tile in SWIGLU_TILES:
+        swiglu_fp8.set_tiles(fwd=tile, bwd=tile)
+        row: dict = {"tile": ",".join(map(str, tile))}
+        try:
+            row["bytes_right"] = all(same(fused(d, dl), separate(d, dl)) for d, dl in cases)
+            for d, delayed in cases:
+                row[f"{d}_{'delayed' if delayed else 'current'}_ms"] = timed(partial(fused, d, delayed), repeat, dry)
+        except Exception as exc:  # noqa: BLE001  (a tile that fails to compile or run is recorded, not fatal)
+            row["error"] = repr(exc)[:300]
+        rows.append(row)
+    for row in rows:
+        print("sweep_swiglu", json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}))
+    good = [r for r in rows[1:] if r.get("bytes_right") and "bwd_delayed_ms" in r]
+    best: dict[str, str] = {}
+    for d in ("fwd", "bwd"):
+        pick = min(good, key=lambda r, d=d: r[f"{d}_current_ms"] + r[f"{d}_delayed_ms"]) if good else None
+        best[d] = pick["tile"] if pick else "64,128,4"
+    swiglu_fp8.set_tiles(fwd=tuple(map(int, best["fwd"].split(","))), bwd=tuple(map(int, best["bwd"].split(","))))  # type: ignore[arg-type]
+    return rows, best["fwd"], best["bwd"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -242,10 +326,31 @@ def main() -> int:
         help="only time the per-tensor cast kernels' candidate tiles; the last line printed is the fastest "
         "(for FL_GEMS_FP8_CAST_TILE)",
     )
+    parser.add_argument(
+        "--sweep-swiglu",
+        action="store_true",
+        help="only time the SwiGLU kernels that make the fp8 casts, per candidate tile, against the separate kernels; "
+        "the last line printed is the fastest forward and backward tile (FL_GEMS_FP8_SWIGLU_TILE, _BWD_TILE)",
+    )
     args = parser.parse_args()
     dry = args.dry_run
     dev = "cpu" if dry else "cuda"
     tokens = 256 if dry else args.tokens
+    if args.sweep_swiglu:
+        rows, fwd, bwd = sweep_swiglu(dev, args.repeat, dry, tokens)
+        with open(args.out, "w") as f:
+            json.dump(
+                {
+                    "device": "cpu (dry run)" if dry else torch.cuda.get_device_name(),
+                    "sweep": rows,
+                    "fwd": fwd,
+                    "bwd": bwd,
+                },
+                f,
+                indent=1,
+            )
+        print(f"{fwd} {bwd}")
+        return 0
     if args.sweep_cast:
         rows, best = sweep_cast(dev, args.repeat, dry, tokens)
         with open(args.out, "w") as f:

@@ -21,16 +21,44 @@ value: exactly what a cast of the written tensor computes (checked bit for bit a
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
-from . import cdiv, launch
+from . import _LEAN, cdiv, launch
 from .fp8_cast import _HARDWARE, FORMATS, _fp8_bytes
 
-__all__ = ["TILE", "backward", "forward"]
+__all__ = ["TILES", "backward", "forward", "set_tiles"]
 
-TILE = {"BLOCK_M": 64, "BLOCK_F": 128, "num_warps": 4}  # fp8_cast's per-tensor tile: the transposed stores alike
+
+def _tile(name: str, default: str) -> dict[str, int]:
+    """``BLOCK_M,BLOCK_F,num_warps`` from the environment variable ``name`` (else ``default``)."""
+    text = os.environ.get(name, default)
+    try:
+        bm, bf, warps = (int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: expected BLOCK_M,BLOCK_F,num_warps (e.g. 32,128,4)") from None
+    if any(v <= 0 or v & (v - 1) for v in (bm, bf, warps)):
+        raise ValueError(f"{name}={text!r}: every value must be a power of two")
+    return {"BLOCK_M": bm, "BLOCK_F": bf, "num_warps": warps}
+
+
+# [rows, columns of each half] a program, and warps. FL_GEMS_FP8_SWIGLU_TILE / FL_GEMS_FP8_SWIGLU_BWD_TILE override
+# them (``bench/gpu_fp8_ops.py --sweep-swiglu`` times the candidates on a card and prints the fastest pair).
+TILES = {
+    "fwd": _tile("FL_GEMS_FP8_SWIGLU_TILE", "64,128,4"),
+    "bwd": _tile("FL_GEMS_FP8_SWIGLU_BWD_TILE", "64,128,4"),
+}
+
+
+def set_tiles(fwd: tuple[int, int, int] | None = None, bwd: tuple[int, int, int] | None = None) -> None:
+    """Use other tiles from now on (the bench's sweep)."""
+    for key, tile in (("fwd", fwd), ("bwd", bwd)):
+        if tile is not None:
+            TILES[key] = {"BLOCK_M": tile[0], "BLOCK_F": tile[1], "num_warps": tile[2]}
+    _LEAN.clear()  # a repeated launch keeps its compiled kernel and constexprs: drop them
 
 
 @triton.jit
@@ -143,7 +171,7 @@ def forward(
         return
     first, second, fp8_max, flags = _cast_args(dtype, q, qt, out)
     launch(
-        _fwd, None, _grid(m, half), TILE,
+        _fwd, None, _grid(m, half), TILES["fwd"],
         y, bias if bias is not None else y, out, first, second,
         scale if scale is not None else amax, scale_inv if scale_inv is not None else amax, amax,
         m, half, y.stride(0), fp8_max, HAS_BIAS=bias is not None, **flags,
@@ -171,7 +199,7 @@ def backward(
         return
     first, second, fp8_max, flags = _cast_args(dtype, q, qt, dy)
     launch(
-        _bwd, None, _grid(m, half), TILE,
+        _bwd, None, _grid(m, half), TILES["bwd"],
         y, bias if bias is not None else y, dout, dy, first, second,
         scale if scale is not None else amax, scale_inv if scale_inv is not None else amax, amax,
         m, half, y.stride(0), dout.stride(0), fp8_max, HAS_BIAS=bias is not None, **flags,
