@@ -57,8 +57,12 @@ def swiglu_casting(mlp: Any, intermediate: torch.Tensor, bias: torch.Tensor | No
         return None
     if bias is not None and (bias.dtype != intermediate.dtype or bias.shape[-1] != width):
         return None
-    fc2_t = torch.is_grad_enabled() and fc2_weight.requires_grad and fc2.recipe.wgrad  # fc2's weight gradient in fp8
-    return _SwiGLUCasting.apply(intermediate, bias, fc1, fc2, fc2_t, mlp.linear_fc1.weight)
+    # whether each linear's weight gradient is an fp8 GEMM (its cast then writes the transposed copy too); a bool, not
+    # the weight: a weight passed in would be an input of this autograd node, an edge into its gradient accumulator
+    grads = torch.is_grad_enabled()
+    fc2_t = grads and fc2_weight.requires_grad and fc2.recipe.wgrad
+    fc1_t = grads and mlp.linear_fc1.weight.requires_grad and fc1.recipe.wgrad
+    return _SwiGLUCasting.apply(intermediate, bias, fc1, fc2, fc2_t, fc1_t)
 
 
 class _SwiGLUCasting(torch.autograd.Function):
@@ -72,7 +76,7 @@ class _SwiGLUCasting(torch.autograd.Function):
         fc1: LinearFp8,
         fc2: LinearFp8,
         fc2_t: bool,
-        fc1_weight: torch.Tensor,
+        fc1_t: bool,
     ) -> torch.Tensor:
         from .kernels import rows, swiglu_fp8
 
@@ -90,7 +94,7 @@ class _SwiGLUCasting(torch.autograd.Function):
         )  # fmt: skip
         fc2.offer(made, out2)
         ctx.save_for_backward(y2, bias)
-        ctx.fc1, ctx.fc1_weight, ctx.y_shape = fc1, fc1_weight, y.shape
+        ctx.fc1, ctx.fc1_t, ctx.y_shape = fc1, fc1_t, y.shape
         return out
 
     @staticmethod
@@ -102,8 +106,7 @@ class _SwiGLUCasting(torch.autograd.Function):
         m, width = y2.shape
         dout2 = rows(dout, width // 2)
         dy = torch.empty((m, width), dtype=y2.dtype, device=y2.device)
-        fc1_t = bool(ctx.fc1_weight.requires_grad) and fc1.recipe.wgrad  # what fc1's backward will cast
-        made = fc1.produced_cast("grad", m, width, dy.device, fc1_t)
+        made = fc1.produced_cast("grad", m, width, dy.device, ctx.fc1_t)
         assert made is not None
         swiglu_fp8.backward(
             y2, bias, dout2, dy, dtype=made.dtype, amax=made.slots[1:2], scale=made.scale, scale_inv=made.slots[0:1],
@@ -111,5 +114,5 @@ class _SwiGLUCasting(torch.autograd.Function):
         )  # fmt: skip
         fc1.offer(made, dy)
         dbias = dy.sum(0, dtype=torch.float32).to(bias.dtype) if bias is not None and ctx.needs_input_grad[1] else None
-        ctx.fc1 = ctx.fc1_weight = None
+        ctx.fc1 = None
         return dy.view(ctx.y_shape), dbias, None, None, None, None
