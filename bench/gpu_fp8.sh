@@ -17,7 +17,8 @@
 #              e2e131_delayed: fp8 delayed only; e2e131_before: fp8 tensorwise with the cast kernels as they were
 #              before the hardware conversion and the tile sweep (FL_GEMS_FP8_CAST_CONVERT=integer, tile 64,128,8);
 #              e2e131_swiglu_off: fp8 tensorwise and delayed without the SwiGLU kernels' casts (FL_GEMS_FP8_SWIGLU_CAST=0:
-#              the casts of fc2's input and fc1's output gradient run as separate kernels, as before fp8_swiglu.py)
+#              the casts of fc2's input and fc1's output gradient run as separate kernels, as before fp8_swiglu.py);
+#              e2e131_swiglu_all: fp8 delayed with them (FL_GEMS_FP8_SWIGLU_CAST=tensorwise,delayed; not the default)
 #   profile131 the 1.31B eager (no graph: the profiler sees each kernel), 8 x 2 sequences, torch.profiler tables of two
 #              steps into $OUT/prof_*.txt: fp8 tensorwise and delayed, with the SwiGLU kernels' casts and without
 #   e2e281     the 2.81B (26 layers, hidden 3072, GQA 24/8, SwiGLU 8192, seq 4096), 2 x 4 sequences: bf16, fp8 tensorwise;
@@ -123,14 +124,19 @@ for s in $STAGES; do
       stage e2e131_before bash -c "export FL_GEMS_FP8_CAST_TILE=64,128,8 FL_GEMS_FP8_CAST_CONVERT=integer; \
         $(declare -f run); $(declare -p gpt pack l131 RUNS); \
         run l131_fp8_tensorwise_before 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe tensorwise" ;;
+    e2e131_swiglu_all)
+      fits 70 e2e131_swiglu_all || continue
+      stage e2e131_swiglu_all bash -c "export FL_GEMS_FP8_SWIGLU_CAST=tensorwise,delayed; $(declare -f run); \
+        $(declare -p gpt pack l131 RUNS); run l131_fp8_delayed_swiglu_on 150 \"\${l131[@]}\" --fp8 hybrid \
+        --fp8-recipe delayed --fp8-amax-history-len 16 --fp8-amax-compute-algo max" ;;
     profile131)
       fits 200 profile131 || continue
       p131=(--preset llama131 --spec te --mbs 8 --microbatches 2 --steps 9 --grad-accum-fusion --fused-qkv-rope --manual-gc)
-      for v in tensorwise:1 delayed:1 tensorwise:0 delayed:0; do
-        r=${v%%:*}; on=${v##*:}
-        stage "profile_${r}_swiglu$on" bash -c "export FL_GEMS_FP8_SWIGLU_CAST=$on; $(declare -f run); \
-          $(declare -p gpt pack p131 RUNS); run prof_${r}_swiglu$on 150 \"\${p131[@]}\" --fp8 hybrid --fp8-recipe $r \
-          --profile $OUT/prof_${r}_swiglu$on.txt"
+      for v in tensorwise:tensorwise delayed:delayed tensorwise:0 delayed:0; do
+        r=${v%%:*}; on=${v##*:}; tag=on; [ "$on" = 0 ] && tag=off
+        stage "profile_${r}_swiglu_$tag" bash -c "export FL_GEMS_FP8_SWIGLU_CAST=$on; $(declare -f run); \
+          $(declare -p gpt pack p131 RUNS); run prof_${r}_swiglu_$tag 150 \"\${p131[@]}\" --fp8 hybrid --fp8-recipe $r \
+          --profile $OUT/prof_${r}_swiglu_$tag.txt"
       done ;;
     e2e131_swiglu_off)
       fits 130 e2e131_swiglu_off || continue

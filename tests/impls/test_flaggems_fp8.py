@@ -224,6 +224,20 @@ def test_a_cast_offered_by_its_producer_is_taken_for_that_tensor_only(kind: str)
     assert fp8.STATS["casts_from_producers"] == (2 if kind == "tensorwise" else 1)  # (the wrong-amax case: +1)
 
 
+def test_which_recipes_the_swiglu_kernels_cast_for_is_read_by_name() -> None:
+    """``FL_GEMS_FP8_SWIGLU_CAST``: a comma list of recipes (default tensorwise, measured faster; delayed measured no
+    faster), ``0`` or empty for none; a recipe the kernels do not serve is refused naming the variable and the value."""
+    from fl_patch.impls.flaggems import fp8_swiglu
+
+    assert fp8_swiglu._recipes("tensorwise") == {"tensorwise"}
+    assert fp8_swiglu._recipes(" tensorwise , delayed") == {"tensorwise", "delayed"}
+    assert fp8_swiglu._recipes("0") == fp8_swiglu._recipes("") == frozenset()
+    with pytest.raises(ValueError, match=r"FL_GEMS_FP8_SWIGLU_CAST='tensorwise,blockwise': 'blockwise'"):
+        fp8_swiglu._recipes("tensorwise,blockwise")
+    if "FL_GEMS_FP8_SWIGLU_CAST" not in os.environ:
+        assert fp8_swiglu.ENABLED == {"tensorwise"}
+
+
 def test_quantized_values_are_the_nearest_fp8_values() -> None:
     """Every cast element is within half an fp8 step of its scaled input (round to nearest), saturating at the
     format's largest value; the scale maps the tensor's amax onto it (times 2**-margin)."""

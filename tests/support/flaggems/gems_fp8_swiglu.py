@@ -5,7 +5,7 @@ Run by ``tests/impls/test_flaggems_fp8.py`` with ``TRITON_INTERPRET=1`` and ``MG
    output and input gradient, amax, and under delayed scaling the fp8 copy, its transpose and the decode scale, for
    both formats, with and without bias, at sizes that leave partial tiles;
 2. megatron's TE-spec GPT in fp8 (tensorwise and delayed), two forward/backward passes with the casts made by the
-   SwiGLU kernels and without (``FL_GEMS_FP8_SWIGLU_CAST``'s switch): the same loss, gradients and delayed-scaling
+   SwiGLU kernels (for both recipes) and without (``FL_GEMS_FP8_SWIGLU_CAST``'s set): the same loss, gradients and delayed-scaling
    state bit for bit, and the casts counted as made by the producer (two per layer and step).
 Prints one JSON line; exits non-zero on a failed check.
 """
@@ -141,7 +141,9 @@ def megatron() -> dict[str, object]:
     positions = torch.arange(seq).expand(batch, seq)
 
     def run(model: GPTModel, on: bool) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torch.Tensor], int]:
-        fp8_swiglu.ENABLED[0] = on
+        fp8_swiglu.ENABLED.clear()
+        if on:
+            fp8_swiglu.ENABLED.update(("tensorwise", "delayed"))
         fp8.STATS["casts_from_producers"] = 0
         losses, grads = [], {}
         for tokens in batches:  # two passes: the second casts with the scales the first recorded (delayed)

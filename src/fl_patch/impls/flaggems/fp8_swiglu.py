@@ -15,7 +15,13 @@ output gradient. The layer takes an offer only for the very tensor it was made f
 version; the offer holds the tensor), else it casts as usual; what it computes is the same bytes either way (the
 kernels round to the output dtype first, then take amax and fp8 bytes as the cast kernel would: checked bit for bit
 in the interpreter, and a whole megatron step with and without, ``tests/impls/test_flaggems_fp8.py``).
-``FL_GEMS_FP8_SWIGLU_CAST=0`` turns it off (the bench's before/after).
+
+Which recipes: ``FL_GEMS_FP8_SWIGLU_CAST``, a comma list of recipes, default ``tensorwise``; ``0`` (or empty) for none.
+Measured on the 1.31B (docs/gpu_pack.md, "The SwiGLU kernels make the MLP's casts"): under ``tensorwise`` the amax
+pass goes (kernel time -26 ms a step of 4 micro-batches on an H100, step -10 to -26 ms on two H200s); under
+``delayed`` the fused kernel that writes the output, the fp8 copy and its transpose ran no faster than the SwiGLU
+kernel and the cast kernel apart (kernel time +4 ms, step +10 to +15 ms on the H200s), so it is not the default there
+(``FL_GEMS_FP8_SWIGLU_CAST=tensorwise,delayed`` turns it on: the same bytes either way).
 
 Not served: ``blockwise`` (1x128 tiles: the SwiGLU tile would have to own whole 128-column groups and the transposed
 copy's 128-row groups), MoE experts (grouped linears), and a SwiGLU whose fc1 or fc2 runs bf16.
@@ -33,18 +39,35 @@ from .fp8 import LinearFp8, active_recipe, producer
 
 __all__ = ["ENABLED", "swiglu_casting"]
 
-ENABLED = [os.environ.get("FL_GEMS_FP8_SWIGLU_CAST", "1") != "0"]
 _KINDS = ("tensorwise", "delayed")
+
+
+def _recipes(text: str) -> frozenset[str]:
+    """The recipes ``FL_GEMS_FP8_SWIGLU_CAST`` names (``0`` or empty: none); anything else is refused by name."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if names in ([], ["0"]):
+        return frozenset()
+    unknown = [n for n in names if n not in _KINDS]
+    if unknown:
+        raise ValueError(
+            f"FL_GEMS_FP8_SWIGLU_CAST={text!r}: {', '.join(map(repr, unknown))} is no recipe the SwiGLU kernels cast for "
+            f"(served: {', '.join(_KINDS)}; 0 for none)"
+        )
+    return frozenset(names)
+
+
+# the recipes whose casts the SwiGLU kernels make (decided once at import; the tests and the bench set it)
+ENABLED: set[str] = set(_recipes(os.environ.get("FL_GEMS_FP8_SWIGLU_CAST", "tensorwise")))
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def swiglu_casting(mlp: Any, intermediate: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     """The SwiGLU of fc1's output ``intermediate`` with fc2's input cast and fc1's output-gradient cast made by its
     kernels; None where that does not apply (the caller runs the plain SwiGLU)."""
-    if not ENABLED[0]:
+    if not ENABLED:
         return None
     recipe = active_recipe()
-    if recipe is None or recipe.kind not in _KINDS or intermediate.dtype not in _DTYPES:
+    if recipe is None or recipe.kind not in ENABLED or intermediate.dtype not in _DTYPES:
         return None
     fc1 = producer(intermediate)
     fc2 = getattr(mlp.linear_fc2, "_fl_fp8", None)
