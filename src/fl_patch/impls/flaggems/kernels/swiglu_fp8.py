@@ -45,11 +45,13 @@ def _tile(name: str, default: str) -> dict[str, int]:
     return {"BLOCK_M": bm, "BLOCK_F": bf, "num_warps": warps}
 
 
-# [rows, columns of each half] a program, and warps. FL_GEMS_FP8_SWIGLU_TILE / FL_GEMS_FP8_SWIGLU_BWD_TILE override
-# them (``bench/gpu_fp8_ops.py --sweep-swiglu`` times the candidates on a card and prints the fastest pair).
+# [rows, columns of each half] a program, and warps: 32x128 with 8 warps was the fastest or within 1% of it, forward and
+# backward, current and delayed, of 10 candidates on an H200 and two H100s (``bench/gpu_fp8_ops.py --sweep-swiglu``;
+# docs/gpu_runs_h1*/fp8_swiglu_2026-12-06/sweep_swiglu_*.json). FL_GEMS_FP8_SWIGLU_TILE / FL_GEMS_FP8_SWIGLU_BWD_TILE
+# override them (the sweep prints the fastest pair for a card).
 TILES = {
-    "fwd": _tile("FL_GEMS_FP8_SWIGLU_TILE", "64,128,4"),
-    "bwd": _tile("FL_GEMS_FP8_SWIGLU_BWD_TILE", "64,128,4"),
+    "fwd": _tile("FL_GEMS_FP8_SWIGLU_TILE", "32,128,8"),
+    "bwd": _tile("FL_GEMS_FP8_SWIGLU_BWD_TILE", "32,128,8"),
 }
 
 
