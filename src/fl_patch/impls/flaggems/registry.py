@@ -49,8 +49,10 @@ SWIGLU = PatchDoc(
     why="upstream's MLP runs SwiGLU as F.silu(x_glu) * x_linear on chunk views (separate kernels, a bf16 "
     "intermediate), and with bias_activation_fusion=True as bias_swiglu_impl under torch.compile (5-20 s of "
     "compile per shape).",
-    how="MLP.forward runs fc1, the pack's SwiGLU kernel (fc1's bias added in it), fc2, for a plain SwiGLU MLP; "
-    "bias_swiglu_impl is the same kernel unless fp8 input storage or CPU offloading is asked for" + _FALLBACK + ".",
+    how="MLP.forward runs fc1, the pack's SwiGLU kernel (fc1's bias added in it), fc2, for a plain SwiGLU MLP (under "
+    "fp8 tensorwise, with both linears in fp8, the kernel also takes the amax of fc2's input and fc1's output "
+    "gradient for their casts: fp8_swiglu.py); bias_swiglu_impl is the same kernel unless fp8 input storage or CPU "
+    "offloading is asked for" + _FALLBACK + ".",
     upstream=f"{_MC}/transformer/mlp.py (MLP.forward), fusions/fused_bias_swiglu.py (bias_swiglu_impl)",
     remove_when="upstream's unfused path fuses SwiGLU itself, or the local spec turns on a fused activation that "
     "needs no compile",
