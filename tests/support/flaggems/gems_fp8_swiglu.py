@@ -161,6 +161,9 @@ def megatron() -> dict[str, object]:
         ("tensorwise_hybrid", dict(fp8="hybrid", fp8_recipe="tensorwise")),
         ("delayed_hybrid", dict(fp8="hybrid", fp8_recipe="delayed", fp8_amax_history_len=4, fp8_amax_compute_algo="max")),
         ("delayed_e4m3_margin_bf16_wgrad", dict(fp8="e4m3", fp8_recipe="delayed", fp8_margin=1, fp8_wgrad=False)),
+        # the MLP recomputed in backward (TE's checkpoint, served by the pack): its first forward runs under no_grad
+        ("tensorwise_recompute_mlp", dict(fp8="hybrid", fp8_recipe="tensorwise", recompute_granularity="selective",
+                                          recompute_modules=["mlp"])),
     ):  # fmt: skip
         with_casts, without = build(**cfg), build(**cfg)
         without.load_state_dict(with_casts.state_dict())

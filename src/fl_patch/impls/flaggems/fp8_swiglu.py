@@ -69,9 +69,9 @@ def swiglu_casting(mlp: Any, intermediate: torch.Tensor, bias: torch.Tensor | No
     recipe = active_recipe()
     if recipe is None or recipe.kind not in ENABLED or intermediate.dtype not in _DTYPES:
         return None
-    fc1 = producer(intermediate)
+    fc1 = producer(intermediate)  # None under no_grad (a forward without backward: only fc2's cast is made)
     fc2 = getattr(mlp.linear_fc2, "_fl_fp8", None)
-    if fc1 is None or not isinstance(fc2, LinearFp8) or fc2.recipe.kind != recipe.kind:
+    if (fc1 is None and intermediate.requires_grad) or not isinstance(fc2, LinearFp8) or fc2.recipe.kind != recipe.kind:
         return None
     width = intermediate.shape[-1]
     tokens = intermediate.numel() // max(width, 1)
@@ -84,7 +84,7 @@ def swiglu_casting(mlp: Any, intermediate: torch.Tensor, bias: torch.Tensor | No
     # the weight: a weight passed in would be an input of this autograd node, an edge into its gradient accumulator
     grads = torch.is_grad_enabled()
     fc2_t = grads and fc2_weight.requires_grad and fc2.recipe.wgrad
-    fc1_t = grads and mlp.linear_fc1.weight.requires_grad and fc1.recipe.wgrad
+    fc1_t = fc1 is not None and grads and mlp.linear_fc1.weight.requires_grad and fc1.recipe.wgrad
     return _SwiGLUCasting.apply(intermediate, bias, fc1, fc2, fc2_t, fc1_t)
 
 
@@ -96,7 +96,7 @@ class _SwiGLUCasting(torch.autograd.Function):
         ctx: Any,
         y: torch.Tensor,
         bias: torch.Tensor | None,
-        fc1: LinearFp8,
+        fc1: LinearFp8 | None,
         fc2: LinearFp8,
         fc2_t: bool,
         fc1_t: bool,
@@ -125,7 +125,7 @@ class _SwiGLUCasting(torch.autograd.Function):
         from .kernels import rows, swiglu_fp8
 
         y2, bias = ctx.saved_tensors
-        fc1: LinearFp8 = ctx.fc1
+        fc1: LinearFp8 = ctx.fc1  # (not None: a backward runs only where fc1's fp8 GEMM made the input)
         m, width = y2.shape
         dout2 = rows(dout, width // 2)
         dy = torch.empty((m, width), dtype=y2.dtype, device=y2.device)
