@@ -218,18 +218,21 @@ def test_pack_at_tensor_parallel_two_with_and_without_sequence_parallel(run_pyth
     """TP=2 under gloo (torchrun, two ranks): the pack's kernels (norms, SwiGLU, RoPE, attention, and the
     vocabulary-parallel cross entropy) give upstream TP=2's losses, gradient shards and updated parameters;
     with sequence parallelism (upstream's torch norms refuse it) too, the norm weights marked for megatron's
-    all-reduce of their gradients."""
+    all-reduce of their gradients. (The two pack modes share one job: the same patches; each builds its own model
+    from the same seeds. Upstream's vendors are chosen at import: a job of its own.)"""
     runs = {}
-    for mode in ("upstream", "pack", "pack_sp"):
-        extra = {"GEMS_TP_MODE": mode, "GEMS_TP_OUT": str(tmp_path)}
-        if mode != "upstream":
+    for modes in ("upstream", "pack,pack_sp"):
+        extra = {"GEMS_TP_MODE": modes, "GEMS_TP_OUT": str(tmp_path)}
+        if modes != "upstream":
             extra["MG_FL_PREFER"] = "flaggems"
         proc = run_python(
             "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(SUPPORT / "flaggems" / "gems_tp_interpret.py"),
             env=_env(**extra), check=False, timeout=300,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-        runs[mode] = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+        lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        assert [line["mode"] for line in lines] == modes.split(","), proc.stdout[-2000:]
+        runs.update((line["mode"], line) for line in lines)
     every_op = {"rms_norm": 10, "rotary": 8, "flash_attention": 4, "swiglu": 4, "vocab_parallel_cross_entropy": 2}
     for mode in ("pack", "pack_sp"):
         assert runs[mode]["calls"] == every_op and runs[mode]["fallbacks"] == [], runs[mode]
