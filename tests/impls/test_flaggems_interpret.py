@@ -321,8 +321,9 @@ def test_moe_permutation_kernels_inside_real_megatron_core(run_python) -> None:
     pack's kernels (counted, no fallback) and give megatron's unfused results on generated routings; a MoE GPT
     trains identically with the fusions on and off. bf16 sums get a bf16 bound here: Triton's interpreter casts
     fp32 to bf16 by truncation (numpy), the GPU rounds to nearest (the GPU tests hold the kernels to torch's
-    error there)."""
-    env = _env(MG_FL_PREFER="flaggems", PERMUTE_KERNELS="1", MOE_FUSION_CASES="30")
+    error there). The GPT has one MoE layer here (two in test_te_moe_fusions.py, without the interpreter): each
+    step's dispatch and combine go through the kernels forward and backward in it, as in every further layer."""
+    env = _env(MG_FL_PREFER="flaggems", PERMUTE_KERNELS="1", MOE_FUSION_CASES="30", MOE_TRAIN_LAYERS="1")
     proc = run_python("-m", "fl_patch", str(SUPPORT / "moe_fusions" / "probe.py"), str(29990 - os.getpid() % 90),
                       env=env, check=False, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]

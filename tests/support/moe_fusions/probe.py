@@ -6,7 +6,8 @@ top-k routing with and without dropped tokens, drop-and-pad capacity maps; the r
 the unfused; megatron's indices-to-multihot converter against a loop; and a MoE GPT trained with ``moe_permute_fusion``/``moe_router_fusion`` on and off.
 
 Prints one JSON line; tests/impls/test_te_moe_fusions.py asserts on it. ``PERMUTE_KERNELS=1``: the row movement is
-counted (the FlagGems pack's kernels in Triton's interpreter, when the pack is the vendor).
+counted (the FlagGems pack's kernels in Triton's interpreter, when the pack is the vendor). ``MOE_FUSION_CASES``: how
+many generated cases (120); ``MOE_TRAIN_LAYERS``: the trained GPT's layers, each a MoE layer (2).
 """
 
 from __future__ import annotations
@@ -225,11 +226,11 @@ def multihot_cases(n_cases: int) -> dict[str, float | int | bool]:
     }
 
 
-def train_moe(dispatcher: str, grouped: bool, fusion: bool, steps: int = 3) -> list[float]:
+def train_moe(dispatcher: str, grouped: bool, fusion: bool, steps: int = 3, layers: int = 2) -> list[float]:
     torch.manual_seed(3)
     model_parallel_cuda_manual_seed(3)
     config = TransformerConfig(
-        num_layers=2, hidden_size=32, num_attention_heads=4, use_cpu_initialization=True, normalization="RMSNorm",
+        num_layers=layers, hidden_size=32, num_attention_heads=4, use_cpu_initialization=True, normalization="RMSNorm",
         hidden_dropout=0.0, attention_dropout=0.0, num_moe_experts=4, moe_router_topk=2, moe_ffn_hidden_size=48,
         moe_token_dispatcher_type=dispatcher, moe_grouped_gemm=grouped, moe_aux_loss_coeff=1e-2,
         moe_router_load_balancing_type="aux_loss", moe_permute_fusion=fusion, moe_router_fusion=fusion,
@@ -256,6 +257,7 @@ def main() -> None:
     torch.distributed.init_process_group("gloo", rank=0, world_size=1)
     ps.initialize_model_parallel()
     n_cases = int(os.environ.get("MOE_FUSION_CASES", "120"))
+    layers = int(os.environ.get("MOE_TRAIN_LAYERS", "2"))
     if os.environ.get("PERMUTE_KERNELS") == "1":
         _count("permute_rows")
         _count("unpermute_rows")
@@ -279,7 +281,8 @@ def main() -> None:
     trained = {}
     for dispatcher in ("alltoall", "allgather"):
         for grouped in (False, True):
-            on, off = train_moe(dispatcher, grouped, True), train_moe(dispatcher, grouped, False)
+            on = train_moe(dispatcher, grouped, True, layers=layers)
+            off = train_moe(dispatcher, grouped, False, layers=layers)
             trained[f"{dispatcher}_{'grouped' if grouped else 'sequential'}"] = {
                 "on": on,
                 "off": off,
