@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 
+import pytest
 import torch
 
 import fl_patch
@@ -61,6 +62,14 @@ def test_vendor_fills_upstream_none_and_megatron_calls_it(megatron_core, engine,
         assert a2a.fused_dispatch is None and a2a.HAVE_DEEP_EP is False
 
 
+def _check_restores_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """check() sets FL_PATCH_STRICT=0 in this process's environment (and drops FL_PATCH): set through monkeypatch
+    first, so that it is undone after the test. Left set, a later test in this worker sees FL_PATCH_STRICT=0 as
+    this process's setting (tests/host/test_children.py compares a child's environment with it)."""
+    monkeypatch.setenv("FL_PATCH_STRICT", "0")  # what check() sets, before it does
+    monkeypatch.delenv("FL_PATCH", raising=False)  # what check() drops (absent here: nothing to restore)
+
+
 def test_check_calls_them_ok_with_the_note(megatron_core, engine, monkeypatch) -> None:
     monkeypatch.setenv("FL_PATCH_PACKS", "none")
     monkeypatch.setenv("MG_FL_PREFER", "kunlunxin")
@@ -68,6 +77,7 @@ def test_check_calls_them_ok_with_the_note(megatron_core, engine, monkeypatch) -
         fl_patch.register(f"{A2A}.{name}", f"fltest_plugin.deepep.{name}", vendor="kunlunxin")
     # A name that does not exist at all still needs create=True.
     fl_patch.register(f"{A2A}.no_such_name", "fltest_plugin.deepep.fused_combine", vendor="kunlunxin")
+    _check_restores_its_environment(monkeypatch)
     report = check_module.check(activation=False)
     by_name = {r.target.rpartition(".")[2]: r for r in report.results}
     for name in NAMES[:3]:
@@ -101,6 +111,7 @@ def test_a_mock_upstream_bound_for_a_missing_package_is_replaced_and_checked_ok(
     fl_patch.register(
         f"{VIT_SPECS}.get_vit_layer_with_local_spec", "fltest_plugin.deepep.fused_combine", vendor="kunlunxin"
     )
+    _check_restores_its_environment(monkeypatch)
     report = check_module.check(activation=False)
     by_name = {r.target.rpartition(".")[2]: r for r in report.results}
     attention = by_name["TEDotProductAttention"]
