@@ -10,6 +10,7 @@ import, at interpreter start-up, or across processes.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import signal
@@ -166,7 +167,8 @@ def fresh_modules(names: list[str]) -> Iterator[None]:
 # (``--dist loadfile --no-loadscope-reorder``, pyproject.toml); by default it would order them by their number of
 # tests, which puts one-test files that take half a minute (the GPU compile, the wheel) last, where one worker
 # runs them while the other has finished. With these first, the run ends on short files and both workers end
-# together. A file missing here only starts later; the order never changes what a test does.
+# together. Every other file comes after them in xdist's own default order (more tests first, else as collected).
+# A file missing here only starts later; the order never changes what a test does.
 SLOWEST_FILES = (
     "tests/impls/test_flaggems_interpret.py",
     "tests/impls/test_cuda_on_cpu.py",
@@ -196,10 +198,21 @@ SLOWEST_FILES = (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The files of :data:`SLOWEST_FILES` first, in that order; every other file after them, as collected. The
-    sort is stable: the tests of a file keep their order, and stay together."""
+    """The files of :data:`SLOWEST_FILES` first, in that order; every other file after them, those with more tests
+    first (the order xdist gives files without ``--no-loadscope-reorder``). The sort is stable: the tests of a file
+    keep their order, and stay together."""
     rank = {path: index for index, path in enumerate(SLOWEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+    count = collections.Counter(_file_of(item) for item in items)
+
+    def key(item: pytest.Item) -> tuple[int, int]:
+        path = _file_of(item)
+        return (rank[path], 0) if path in rank else (len(rank), -count[path])
+
+    items.sort(key=key)
+
+
+def _file_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
