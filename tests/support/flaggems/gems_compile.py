@@ -31,6 +31,7 @@ from fl_patch.impls.flaggems.kernels import (
     rope,
     softmax,
     swiglu,
+    swiglu_fp8,
 )
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -75,6 +76,15 @@ POINTERS = {
     },
     "_cast_1x128_kernel": {"X": "*bf16", "Q": "*u8", "S": "*fp32", "QT": "*u8", "ST": "*fp32"},
     "_cast_128x128_kernel": {"X": "*bf16", "Q": "*u8", "S": "*fp32", "QT": "*u8", "ST": "*fp32"},
+    # the SwiGLU kernels that make the fp8 casts (fp8_swiglu.py)
+    "_swiglu_fp8_fwd": {
+        "Y": "*bf16", "BIAS": "*bf16", "OUT": "*bf16", "Q": "*u8", "QT": "*u8", "SCALE": "*fp32", "SCALE_INV": "*fp32",
+        "AMAX": "*fp32",
+    },
+    "_swiglu_fp8_bwd": {
+        "Y": "*bf16", "BIAS": "*bf16", "DOUT": "*bf16", "DY": "*bf16", "Q": "*u8", "QT": "*u8", "SCALE": "*fp32",
+        "SCALE_INV": "*fp32", "AMAX": "*fp32",
+    },
 }  # fmt: skip
 FLOAT_SCALARS = {"qk_scale", "sm_scale", "eps", "mscale", "scale", "smoothing", "FP8_MAX", "MARGIN"}
 
@@ -166,6 +176,17 @@ def cases() -> list[tuple]:
         (fp8_cast._cast_1x128_kernel, {**e4m3, "WRITE_QT": False, "BLOCK": 128}, 8),
         (fp8_cast._cast_128x128_kernel, {**e4m3, "BLOCK": 128}, 16),
     ]
+    # the SwiGLU's casts: amax only (tensorwise), and the fp8 copies with and without the transpose (delayed)
+    swiglu_tile = {"BLOCK_M": 32, "BLOCK_F": 128}
+    e4m3_s, e5m2_s = ({**f, "EBIAS": f["BIAS"]} for f in (e4m3, e5m2))
+    for kernel in (swiglu_fp8._swiglu_fp8_fwd, swiglu_fp8._swiglu_fp8_bwd):
+        for fmt, cast, write_qt, has_bias in (
+            (e4m3_s, False, False, False),
+            (e5m2_s, True, True, True),
+            (e4m3_s, True, False, False),
+        ):
+            flags = {k: v for k, v in fmt.items() if k != "BIAS"}
+            out.append((kernel, {**flags, "HAS_BIAS": has_bias, "CAST": cast, "WRITE_QT": write_qt, **swiglu_tile}, 8))
     rope_common = {"BLOCK_BH": 16, "BLOCK_E": 128}
     for backward, interleaved, has_pass in ((False, False, False), (True, True, True), (True, False, True)):
         flags = {"BACKWARD": backward, "INTERLEAVED": interleaved, "HAS_PASS": has_pass}

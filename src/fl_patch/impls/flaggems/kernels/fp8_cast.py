@@ -128,6 +128,12 @@ def _fp8_bytes(v, MANT: tl.constexpr, BIAS: tl.constexpr, EMIN: tl.constexpr, HW
 
 
 @triton.jit
+def _scaled_bytes(x, scale, FP8_MAX, MANT: tl.constexpr, BIAS: tl.constexpr, EMIN: tl.constexpr, HW: tl.constexpr):
+    """The fp8 bytes of ``x * scale`` (fp32), saturated at the format's largest finite value."""
+    return _fp8_bytes(tl.minimum(tl.maximum(x * scale, -FP8_MAX), FP8_MAX), MANT, BIAS, EMIN, HW)
+
+
+@triton.jit
 def _amax_kernel(X, AMAX, M, N, stride_x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     r = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     c = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -153,8 +159,7 @@ def _cast_kernel(
     else:  # delayed scaling: the scale from the history; record this tensor's amax
         scale = tl.load(SCALE)
         tl.atomic_max(AMAX, tl.max(tl.max(tl.abs(x), axis=1), axis=0))
-    v = tl.minimum(tl.maximum(x * scale, -FP8_MAX), FP8_MAX)
-    q = _fp8_bytes(v, MANT, BIAS, EMIN, HW)
+    q = _scaled_bytes(x, scale, FP8_MAX, MANT, BIAS, EMIN, HW)
     if WRITE_Q:
         tl.store(Q + r[:, None] * N + c[None, :], q, mask=mask)
     if WRITE_QT:
@@ -187,14 +192,14 @@ def _cast_1x128_kernel(
     ax = tl.abs(x)
     # each row's 128 columns: scale per (row, column block); S is [column blocks, M] in memory
     s_row = _pow2_scale(tl.max(ax, axis=1), FP8_MAX, MARGIN)
-    v = tl.minimum(tl.maximum(x * s_row[:, None], -FP8_MAX), FP8_MAX)
-    tl.store(Q + r[:, None] * N + c[None, :], _fp8_bytes(v, MANT, BIAS, EMIN, HW), mask=mask)
+    tl.store(
+        Q + r[:, None] * N + c[None, :], _scaled_bytes(x, s_row[:, None], FP8_MAX, MANT, BIAS, EMIN, HW), mask=mask
+    )
     tl.store(S + pid_n * M + r, tl.math.div_rn(1.0, s_row), mask=r < M)
     if WRITE_QT:
         # each column's 128 rows (the transposed copy's 1x128 tiles): ST is [row blocks, N] in memory
         s_col = _pow2_scale(tl.max(ax, axis=0), FP8_MAX, MARGIN)
-        vt = tl.minimum(tl.maximum(x * s_col[None, :], -FP8_MAX), FP8_MAX)
-        qt = _fp8_bytes(vt, MANT, BIAS, EMIN, HW)
+        qt = _scaled_bytes(x, s_col[None, :], FP8_MAX, MANT, BIAS, EMIN, HW)
         tl.store(QT + c[:, None] * M + r[None, :], tl.trans(qt), mask=tl.trans(mask))
         tl.store(ST + pid_m * N + c, tl.math.div_rn(1.0, s_col), mask=c < N)
 
@@ -210,8 +215,7 @@ def _cast_128x128_kernel(
     mask = (r < M)[:, None] & (c < N)[None, :]
     x = tl.load(X + r[:, None] * stride_x + c[None, :], mask=mask, other=0.0).to(tl.float32)
     s = _pow2_scale(tl.max(tl.max(tl.abs(x), axis=1), axis=0), FP8_MAX, MARGIN)
-    v = tl.minimum(tl.maximum(x * s, -FP8_MAX), FP8_MAX)
-    q = _fp8_bytes(v, MANT, BIAS, EMIN, HW)
+    q = _scaled_bytes(x, s, FP8_MAX, MANT, BIAS, EMIN, HW)
     tl.store(Q + r[:, None] * N + c[None, :], q, mask=mask)
     tl.store(QT + c[:, None] * M + r[None, :], tl.trans(q), mask=tl.trans(mask))
     inv = tl.math.div_rn(1.0, s)

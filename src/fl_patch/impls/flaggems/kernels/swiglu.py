@@ -40,6 +40,18 @@ def _grid(m: int, half: int):
 
 
 @triton.jit
+def _halves(Y, BIAS, rows_, cols, mask, F, stride_y, HAS_BIAS: tl.constexpr):
+    """The gate and linear halves (fp32, fc1's bias added) at ``rows_`` and ``cols`` of each half of ``Y``."""
+    src = Y + rows_[:, None] * stride_y + cols[None, :]
+    a = tl.load(src, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(src + F, mask=mask, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        a += tl.load(BIAS + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
+        g += tl.load(BIAS + F + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
+    return a, g
+
+
+@triton.jit
 def _swiglu_fwd(
     Y, BIAS, OUT, M, F, stride_y, stride_out, M_BUCKET,
     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr,
@@ -47,12 +59,7 @@ def _swiglu_fwd(
     rows_ = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     mask = (rows_ < M)[:, None] & (cols < F)[None, :]
-    src = Y + rows_[:, None] * stride_y + cols[None, :]
-    a = tl.load(src, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(src + F, mask=mask, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        a += tl.load(BIAS + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
-        g += tl.load(BIAS + F + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
+    a, g = _halves(Y, BIAS, rows_, cols, mask, F, stride_y, HAS_BIAS)
     out = a * tl.sigmoid(a) * g
     tl.store(OUT + rows_[:, None] * stride_out + cols[None, :], out.to(OUT.dtype.element_ty), mask=mask)
 
@@ -65,12 +72,7 @@ def _swiglu_bwd(
     rows_ = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     mask = (rows_ < M)[:, None] & (cols < F)[None, :]
-    src = Y + rows_[:, None] * stride_y + cols[None, :]
-    a = tl.load(src, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(src + F, mask=mask, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        a += tl.load(BIAS + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
-        g += tl.load(BIAS + F + cols, mask=cols < F, other=0.0).to(tl.float32)[None, :]
+    a, g = _halves(Y, BIAS, rows_, cols, mask, F, stride_y, HAS_BIAS)
     dout = tl.load(DOUT + rows_[:, None] * stride_dout + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     sig = tl.sigmoid(a)
     da = dout * g * sig * (1.0 + a * (1.0 - sig))

@@ -28,7 +28,8 @@ import triton
 import triton.language as tl
 
 from . import _LEAN, cdiv, launch
-from .fp8_cast import _HARDWARE, FORMATS, _fp8_bytes
+from .fp8_cast import _HARDWARE, FORMATS, _scaled_bytes
+from .swiglu import _halves
 
 __all__ = ["TILES", "backward", "forward", "set_tiles"]
 
@@ -64,7 +65,7 @@ def set_tiles(fwd: tuple[int, int, int] | None = None, bwd: tuple[int, int, int]
 
 
 @triton.jit
-def _fwd(
+def _swiglu_fp8_fwd(
     Y, BIAS, OUT, Q, QT, SCALE, SCALE_INV, AMAX, M, F, stride_y, FP8_MAX,
     HAS_BIAS: tl.constexpr, CAST: tl.constexpr, WRITE_QT: tl.constexpr,
     MANT: tl.constexpr, EBIAS: tl.constexpr, EMIN: tl.constexpr, HW: tl.constexpr,
@@ -74,19 +75,14 @@ def _fwd(
     r = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     c = (pid_f * BLOCK_F + tl.arange(0, BLOCK_F)).to(tl.int64)
     mask = (r < M)[:, None] & (c < F)[None, :]
-    src = Y + r[:, None] * stride_y + c[None, :]
-    a = tl.load(src, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(src + F, mask=mask, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        a += tl.load(BIAS + c, mask=c < F, other=0.0).to(tl.float32)[None, :]
-        g += tl.load(BIAS + F + c, mask=c < F, other=0.0).to(tl.float32)[None, :]
+    a, g = _halves(Y, BIAS, r, c, mask, F, stride_y, HAS_BIAS)
     out = (a * tl.sigmoid(a) * g).to(OUT.dtype.element_ty)
     tl.store(OUT + r[:, None] * F + c[None, :], out, mask=mask)
     x = tl.where(mask, out.to(tl.float32), 0.0)  # what a cast reading OUT reads
     tl.atomic_max(AMAX, tl.max(tl.max(tl.abs(x), axis=1), axis=0))
     if CAST:
         scale = tl.load(SCALE)
-        q = _fp8_bytes(tl.minimum(tl.maximum(x * scale, -FP8_MAX), FP8_MAX), MANT, EBIAS, EMIN, HW)
+        q = _scaled_bytes(x, scale, FP8_MAX, MANT, EBIAS, EMIN, HW)
         tl.store(Q + r[:, None] * F + c[None, :], q, mask=mask)
         if WRITE_QT:
             tl.store(QT + c[:, None] * M + r[None, :], tl.trans(q), mask=tl.trans(mask))
@@ -95,7 +91,7 @@ def _fwd(
 
 
 @triton.jit
-def _bwd(
+def _swiglu_fp8_bwd(
     Y, BIAS, DOUT, DY, Q, QT, SCALE, SCALE_INV, AMAX, M, F, stride_y, stride_dout, FP8_MAX,
     HAS_BIAS: tl.constexpr, CAST: tl.constexpr, WRITE_QT: tl.constexpr,
     MANT: tl.constexpr, EBIAS: tl.constexpr, EMIN: tl.constexpr, HW: tl.constexpr,
@@ -105,12 +101,7 @@ def _bwd(
     r = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     c = (pid_f * BLOCK_F + tl.arange(0, BLOCK_F)).to(tl.int64)
     mask = (r < M)[:, None] & (c < F)[None, :]
-    src = Y + r[:, None] * stride_y + c[None, :]
-    a = tl.load(src, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(src + F, mask=mask, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        a += tl.load(BIAS + c, mask=c < F, other=0.0).to(tl.float32)[None, :]
-        g += tl.load(BIAS + F + c, mask=c < F, other=0.0).to(tl.float32)[None, :]
+    a, g = _halves(Y, BIAS, r, c, mask, F, stride_y, HAS_BIAS)
     dout = tl.load(DOUT + r[:, None] * stride_dout + c[None, :], mask=mask, other=0.0).to(tl.float32)
     sig = tl.sigmoid(a)
     da = (dout * g * sig * (1.0 + a * (1.0 - sig))).to(DY.dtype.element_ty)
@@ -125,8 +116,8 @@ def _bwd(
     tl.atomic_max(AMAX, tile_max)
     if CAST:
         scale = tl.load(SCALE)
-        qa = _fp8_bytes(tl.minimum(tl.maximum(xa * scale, -FP8_MAX), FP8_MAX), MANT, EBIAS, EMIN, HW)
-        qg = _fp8_bytes(tl.minimum(tl.maximum(xg * scale, -FP8_MAX), FP8_MAX), MANT, EBIAS, EMIN, HW)
+        qa = _scaled_bytes(xa, scale, FP8_MAX, MANT, EBIAS, EMIN, HW)
+        qg = _scaled_bytes(xg, scale, FP8_MAX, MANT, EBIAS, EMIN, HW)
         qdst = Q + r[:, None] * width + c[None, :]
         tl.store(qdst, qa, mask=mask)
         tl.store(qdst + F, qg, mask=mask)
@@ -173,7 +164,7 @@ def forward(
         return
     first, second, fp8_max, flags = _cast_args(dtype, q, qt, out)
     launch(
-        _fwd, None, _grid(m, half), TILES["fwd"],
+        _swiglu_fp8_fwd, None, _grid(m, half), TILES["fwd"],
         y, bias if bias is not None else y, out, first, second,
         scale if scale is not None else amax, scale_inv if scale_inv is not None else amax, amax,
         m, half, y.stride(0), fp8_max, HAS_BIAS=bias is not None, **flags,
@@ -201,7 +192,7 @@ def backward(
         return
     first, second, fp8_max, flags = _cast_args(dtype, q, qt, dy)
     launch(
-        _bwd, None, _grid(m, half), TILES["bwd"],
+        _swiglu_fp8_bwd, None, _grid(m, half), TILES["bwd"],
         y, bias if bias is not None else y, dout, dy, first, second,
         scale if scale is not None else amax, scale_inv if scale_inv is not None else amax, amax,
         m, half, y.stride(0), dout.stride(0), fp8_max, HAS_BIAS=bias is not None, **flags,
