@@ -12,6 +12,10 @@ existed), and prints:
   the one compared above): the yardsticks the fp8 gap is read against beside DeepSeek-V3's 0.25%
   (arXiv:2412.19437, section 3.3), which compares runs far past any plateau.
 
+With ``--data zipf`` it reads the runs of the ``zipf131`` / ``zipf281`` stages instead (Zipf-distributed tokens, warm-up
+and cosine decay: no plateau, so "leaves" is step 1 for every run), and the summary adds the gap between the seeds'
+mean curves and each seed's signed gap (fp8 above bf16 is positive).
+
 Only the loss is read; the runs may come from different cards (each run's device is printed).
 """
 
@@ -43,6 +47,11 @@ def _kind(run: dict) -> str:
     return f"{run.get('fp8') or 'hybrid'}:{recipe}" if recipe else "bf16"
 
 
+def _mean_curve(curves: list[list[float]]) -> list[float]:
+    n = min(len(c) for c in curves)
+    return [sum(c[i] for c in curves) / len(curves) for i in range(n)]
+
+
 def _leaves(losses: list[float]) -> int | None:
     return next((i + 1 for i, v in enumerate(losses) if v < PLATEAU), None)
 
@@ -53,11 +62,19 @@ def main() -> int:
     parser.add_argument("--plot")
     parser.add_argument("--out")
     parser.add_argument("--hidden", type=int, default=2048, help="the model read (runs of other sizes are skipped)")
+    parser.add_argument(
+        "--data",
+        choices=("markov", "zipf"),
+        default="markov",
+        help="the runs read: fresh data from gems_gpt.py's uniform Markov chain (a run that records none) or its Zipf one",
+    )
     args = parser.parse_args()
     by_seed: dict[int, dict[str, dict]] = {}  # the last run given of each seed and kind
     every: dict[tuple[int, str], list[dict]] = {}
     for run in _runs(args.runs):
         if len(run.get("losses", [])) < 100 or _kind(run) == "fp32" or run.get("hidden") != args.hidden:
+            continue
+        if run.get("data", "markov") != args.data:
             continue
         seed = int(run.get("seed") or 1234)
         by_seed.setdefault(seed, {})[_kind(run)] = run
@@ -108,6 +125,16 @@ def main() -> int:
         }
         if pairs:
             summary["bf16_vs_bf16_last50_median"] = statistics.median(p["last50"] for p in pairs.values())
+        # the seeds' curves averaged step by step, fp8's against bf16's: what is left of the gap once the
+        # seeds' own scatter is averaged out (the same seeds on both sides)
+        fp8_mean = _mean_curve([by_seed[r["seed"]][r["kind"]]["losses"] for r in sweep])
+        bf16_mean = _mean_curve([by_seed[r["seed"]]["bf16"]["losses"] for r in sweep])
+        summary["seed_mean_curves"] = gap(fp8_mean, bf16_mean)
+        summary["fp8_minus_bf16_last50_signed"] = [
+            (sum(by_seed[r["seed"]][r["kind"]]["losses"][-50:]) - sum(by_seed[r["seed"]]["bf16"]["losses"][-50:]))
+            / sum(by_seed[r["seed"]]["bf16"]["losses"][-50:])
+            for r in sweep
+        ]
         report["summary"] = summary
         print(json.dumps(summary))
     if args.out:
@@ -131,7 +158,9 @@ def main() -> int:
                 plt.plot(losses, color=c, lw=1, ls=styles[j % len(styles)], label=f"seed {seed} {kind}")
         plt.xlabel("step")
         plt.ylabel("loss")
-        plt.title("1.31B, fresh Markov data: bf16 (solid) and fp8 (dashed, dotted) per weight seed")
+        size = {2048: "1.31B", 3072: "2.81B"}.get(args.hidden, f"hidden {args.hidden}")
+        data = "Zipf-distributed Markov data, warm-up + cosine" if args.data == "zipf" else "fresh Markov data"
+        plt.title(f"{size}, {data}: bf16 (solid) and fp8 (dashed, dotted) per weight seed", fontsize=10)
         plt.legend(fontsize=7, ncol=2)
         plt.tight_layout()
         plt.savefig(args.plot, dpi=110)

@@ -31,13 +31,23 @@
 #              2.81B, default 0: fp32 is 10-20x slower, so fewer steps)
 #   seeds      the 1.31B's 300-step curve (as curves131) at other weight seeds (FP8_SEEDS, default "7 99"), bf16 and fp8
 #              tensorwise each: how far runs that differ only in the seed part, against how far fp8 parts from bf16
+#   optable    bench/fp8_op_table.py on the GPU: every fp8 linear's first call of one step of a small TE-spec GPT, forward,
+#              dgrad and wgrad against float64 and bf16, for hybrid and e4m3 tensorwise, hybrid delayed, e4m3 blockwise
+#              (all four tables in $OUT/op_table.json)
+#   zipf131, zipf281  the curve as the published fp8 comparisons train: Zipf-distributed tokens (a Markov chain whose
+#              tokens follow Zipf's law, as words in text: gems_gpt.py --data zipf), warm-up (30 steps) and cosine decay
+#              of a 3e-4 peak, 300 steps, seq 1024, 4 sequences a step; bf16 and fp8 tensorwise (hybrid) at each seed of
+#              FP8_ZIPF_SEEDS (default "1234 7"), a bf16 rerun of the first (FP8_ZIPF_RERUN=0: none), and fp32 for
+#              FP8_ZIPF_FP32_STEPS steps (default 0). Gaps: python bench/fp8_seed_gaps.py curves.json --data zipf
+#              [--hidden 3072]
 #   variants   the same curve at the default seed with other fp8 settings (FP8_VARIANTS, default
 #              "e4m3:tensorwise e4m3:blockwise hybrid:delayed"): which part of hybrid tensorwise moves the curve
 #   example    examples/train_gpt_gpu.py (the user's recipe: graph, capture stream, graph-safe RNG, fp8), 4 layers, 8 steps
 #   pretrain   Megatron-LM's own pretrain_gpt.py (core_v0.19.0 in $MEGATRON_LM), TE spec, no TE, --fp8-format hybrid
 #              --fp8-recipe tensorwise, and --fp8-recipe mxfp8 (refused by name at build)
 # FP8_BUDGET_S (default 0: none) skips a stage that would not fit in what is left. Results in $OUT (8 files at most):
-# fp8_tests.txt, ops.json, e2e.json (every gems_gpt run merged), curves.json, pretrain.txt, and the caller's log.
+# fp8_tests.txt, ops.json, e2e.json (every gems_gpt run merged), curves.json, op_table.json, pretrain.txt, and the
+# caller's log.
 # Run as (the wheels of flag-gems and liger-kernel in .whl; docs/gpu_pack.md, "fp8 training", has the exact commands):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
 #     && export PYTHONPATH=/tmp/site:$PWD/src:$PWD:$PYTHONPATH || exit
@@ -152,6 +162,37 @@ for s in $STAGES; do
           run seed${seed}_bf16 200 \"\${curve[@]}\" --seed $seed; \
           run seed${seed}_fp8 200 \"\${curve[@]}\" --seed $seed --fp8 hybrid --fp8-recipe tensorwise"
       done ;;
+    optable)  # bench/fp8_op_table.py on the GPU (the pack's cast kernels and cuBLASLt's fp8 GEMMs), the four recipes
+      fits 120 optable || continue
+      rm -rf /tmp/fp8_optable && mkdir -p /tmp/fp8_optable
+      for v in hybrid:tensorwise e4m3:tensorwise hybrid:delayed e4m3:blockwise; do
+        stage "optable_$v" env MG_FL_PREFER=flaggems timeout 150 python3 -m fl_patch bench/fp8_op_table.py \
+          --format ${v%%:*} --recipe ${v##*:} --json /tmp/fp8_optable/${v%%:*}_${v##*:}.json 2>&1 | tail -16
+      done
+      python3 -c "import glob, json, os, sys; json.dump({os.path.basename(p)[:-5]: json.load(open(p)) for p in \
+        sorted(glob.glob('/tmp/fp8_optable/*.json'))}, open(sys.argv[1], 'w'), indent=1)" "$OUT/op_table.json" ;;
+    zipf131|zipf281)  # the gap at DeepSeek-V3's scale: Zipf-distributed data, warm-up and cosine decay (no plateau)
+      if [ $s = zipf131 ]; then model=(--preset llama131); name=z131; per=60; else model=("${m281[@]}"); name=z281; per=110; fi
+      zipf=("${model[@]}" --spec te --seq 1024 --mbs 4 --fresh-data --data zipf --lr 3e-4 --warmup-steps 30
+        --lr-decay cosine --manual-gc --steps ${FP8_CURVE_STEPS:-300})
+      seeds=(${FP8_ZIPF_SEEDS:-1234 7})
+      for seed in "${seeds[@]}"; do
+        fits $((2 * per)) "$s seed $seed" || break
+        stage "${s}_seed_$seed" bash -c "$(declare -f run); $(declare -p gpt pack zipf); RUNS=$CURVES; \
+          run ${name}_s${seed}_bf16 $((3 * per)) \"\${zipf[@]}\" --seed $seed; \
+          run ${name}_s${seed}_fp8 $((3 * per)) \"\${zipf[@]}\" --seed $seed --fp8 hybrid --fp8-recipe tensorwise"
+      done
+      # the same bf16 run again (how far a run parts from itself), and fp32 for a few steps (the reference)
+      if [ "${FP8_ZIPF_RERUN:-1}" = 1 ] && fits $per "$s bf16 rerun"; then
+        stage "${s}_rerun" bash -c "$(declare -f run); $(declare -p gpt pack zipf); RUNS=$CURVES; \
+          run ${name}_s${seeds[0]}_bf16_rerun $((3 * per)) \"\${zipf[@]}\" --seed ${seeds[0]}"
+      fi
+      fp32_steps=${FP8_ZIPF_FP32_STEPS:-0}
+      if [ "$fp32_steps" -gt 0 ] && fits $((fp32_steps * 2 + 40)) "$s fp32"; then
+        stage "${s}_fp32" bash -c "$(declare -f run); $(declare -p gpt pack zipf); RUNS=$CURVES; \
+          run ${name}_s${seeds[0]}_fp32 $((fp32_steps * 5 + 120)) \"\${zipf[@]}\" --seed ${seeds[0]} --fp32 \
+          --steps $fp32_steps --lr-decay-steps ${FP8_CURVE_STEPS:-300}"
+      fi ;;
     variants)
       curve=(--preset llama131 --spec te --seq 1024 --mbs 4 --fresh-data --manual-gc --steps ${FP8_CURVE_STEPS:-300})
       for v in ${FP8_VARIANTS:-e4m3:tensorwise e4m3:blockwise hybrid:delayed}; do

@@ -81,6 +81,37 @@ def _markov_batches(vocab: int, batch: int, seq: int, seed: int, device: str, st
     yield from tokens.view(steps, batch, seq + 1)
 
 
+def _zipf_batches(vocab: int, batch: int, seq: int, seed: int, device: str, steps: int):
+    """``steps`` batches from a fixed Markov chain whose tokens are Zipf-distributed, like words in text.
+
+    Each token has 4 likely successors (weights as ``_markov_batches``), drawn, like the first token and
+    the 5% noise tokens, with probability proportional to 1 / rank (Zipf's law, exponent 1). Frequent
+    tokens and their successors are learned first, so the loss falls from the first steps, as on text,
+    instead of sitting near ln(vocab) until the model has found a uniform chain's 4 x vocab pairs
+    (``_markov_batches``' plateau, where the step a run leaves it moves by tens of steps with any change
+    of rounding and hides a small gap between two runs).
+    """
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    zipf = 1.0 / torch.arange(1, vocab + 1, dtype=torch.float64)
+    order = torch.randperm(vocab, generator=gen)  # which token holds which rank
+    probs = torch.empty(vocab, dtype=torch.float64)
+    probs[order] = zipf / zipf.sum()
+    successors = torch.multinomial(probs.float(), vocab * 4, replacement=True, generator=gen).view(vocab, 4).to(device)
+    weights = torch.tensor([0.55, 0.25, 0.12, 0.08], device=device)
+    step_gen = torch.Generator(device=device).manual_seed(seed + 1)
+    unigram = probs.float().to(device)
+    n = batch * steps
+    tokens = torch.empty(n, seq + 1, dtype=torch.long, device=device)
+    tokens[:, 0] = torch.multinomial(unigram, n, replacement=True, generator=step_gen)
+    choice = torch.multinomial(weights.expand(n, 4), seq, replacement=True, generator=step_gen)
+    noise = torch.rand(n, seq, device=device, generator=step_gen) < 0.05
+    random_tokens = torch.multinomial(unigram, n * seq, replacement=True, generator=step_gen).view(n, seq)
+    for i in range(seq):
+        nxt = successors[tokens[:, i], choice[:, i]]
+        tokens[:, i + 1] = torch.where(noise[:, i], random_tokens[:, i], nxt)
+    yield from tokens.view(steps, batch, seq + 1)
+
+
 def _random_batches(vocab: int, batch: int, seq: int, device: str):
     # a seeded generator: every tensor-parallel rank draws the same tokens
     gen = torch.Generator(device=device).manual_seed(1234)
@@ -229,6 +260,31 @@ def main() -> int:
         help="a new batch from the Markov chain every step (throughput mode repeats one random batch)",
     )
     parser.add_argument(
+        "--data",
+        choices=("markov", "zipf"),
+        default="markov",
+        help="fresh data's chain: markov (uniform tokens: a plateau near ln(vocab), then a steep drop) or zipf "
+        "(Zipf-distributed tokens, as words in text: the loss falls from the start)",
+    )
+    parser.add_argument(
+        "--lr", type=float, default=None, help="peak learning rate (default 6e-4 in curve mode, else 1e-4)"
+    )
+    parser.add_argument(
+        "--warmup-steps", type=int, default=0, help="linear warm-up from 0 (megatron's OptimizerParamScheduler)"
+    )
+    parser.add_argument(
+        "--lr-decay-steps",
+        type=int,
+        default=None,
+        help="the step the decay ends at (default --steps; a shorter run of the same schedule passes the longer's)",
+    )
+    parser.add_argument(
+        "--lr-decay",
+        choices=("constant", "cosine", "linear"),
+        default="constant",
+        help="after the warm-up, to a tenth of the peak at the last step (megatron's OptimizerParamScheduler)",
+    )
+    parser.add_argument(
         "--flaggems-global",
         action="store_true",
         help="FlagGems' own global mode (flag_gems.enable(): every aten op it has), for the docs' repro",
@@ -374,16 +430,24 @@ def main() -> int:
     model = DistributedDataParallel(
         config=cfg, module=model, ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True)
     )
-    lr = 6e-4 if curve else 1e-4
-    optimizer = get_megatron_optimizer(
-        OptimizerConfig(optimizer="adam", lr=lr, bf16=not args.fp32, params_dtype=dtype, clip_grad=1.0), [model]
-    )
+    lr = args.lr or (6e-4 if curve else 1e-4)
+    optimizer_config = OptimizerConfig(optimizer="adam", lr=lr, bf16=not args.fp32, params_dtype=dtype, clip_grad=1.0)
+    optimizer = get_megatron_optimizer(optimizer_config, [model])
+    scheduler = None
+    if args.warmup_steps or args.lr_decay != "constant":
+        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+        wd = optimizer_config.weight_decay
+        scheduler = OptimizerParamScheduler(
+            optimizer, init_lr=0.0, max_lr=lr, min_lr=lr / 10, lr_warmup_steps=args.warmup_steps,
+            lr_decay_steps=args.lr_decay_steps or steps, lr_decay_style=args.lr_decay, start_wd=wd, end_wd=wd, wd_incr_steps=steps,
+            wd_incr_style="constant",
+        )  # fmt: skip
     fresh = curve or args.fresh_data
     n_micro = args.microbatches
+    make_batches = _zipf_batches if args.data == "zipf" else _markov_batches
     batches = (
-        _markov_batches(vocab, mbs, seq, 7, "cuda", steps * n_micro)
-        if fresh
-        else _random_batches(vocab, mbs, seq, "cuda")
+        make_batches(vocab, mbs, seq, 7, "cuda", steps * n_micro) if fresh else _random_batches(vocab, mbs, seq, "cuda")
     )
     positions = torch.arange(seq, device="cuda").expand(mbs, -1)
 
@@ -444,6 +508,8 @@ def main() -> int:
         optimizer_events[step][0].record()
         _, grad_norm, _ = optimizer.step()
         optimizer_events[step][1].record()
+        if scheduler is not None:
+            scheduler.step(increment=1)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         if len(times) == 1:
@@ -504,6 +570,11 @@ def main() -> int:
         "module_classes": sorted({type(m).__name__ for m in model.modules() if type(m).__name__.startswith("TE")}),
         "deterministic": args.deterministic,
         "fresh_data": fresh,
+        "data": args.data if fresh else "random",
+        "lr": lr,
+        "warmup_steps": args.warmup_steps,
+        "lr_decay": args.lr_decay,
+        "lr_decay_steps": args.lr_decay_steps or steps,
         "seed": args.seed,
         "step_times_s": times,
         "step_s_median": median,
