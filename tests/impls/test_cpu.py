@@ -912,13 +912,113 @@ def test_upstream_code_compiled_by_torch_compile_traces_through_the_view(megatro
 
     with cpu_pack():
         assert isinstance(utils.torch, CpuTorchView)
-        gelu = utils.gelu_impl._torchdynamo_orig_callable  # the function jit_fuser compiles
+        gelu = utils.gelu_impl.__wrapped__  # the function jit_fuser compiles (torch's and the deferred compile's)
         torch._dynamo.reset()
         compiled = torch.compile(gelu, backend="eager", fullgraph=True)
         x = torch.linspace(-3, 3, 7)
         expected = 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * x * (1.0 + 0.044715 * x * x)))
         torch.testing.assert_close(compiled(x), expected)
     assert utils.torch is torch  # uninstall put the real one back
+
+
+def test_torch_compile_of_a_function_compiles_once_at_its_first_call_as_torch_would() -> None:
+    from torch._dynamo.testing import CompileCounter
+
+    def scaled(x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x) * 2 + 1
+
+    x = torch.linspace(-2, 2, 9)
+    with cpu_pack():
+        assert torch.compile is not fl_patch.original("torch.compile")
+        counter = CompileCounter()
+        compiled = torch.compile(scaled, backend=counter, fullgraph=True)
+        assert compiled.__wrapped__ is scaled and compiled.__name__ == "scaled"
+        assert counter.frame_count == 0
+        torch.testing.assert_close(compiled(x), scaled(x))
+        torch.testing.assert_close(compiled(x + 1), scaled(x + 1))
+        assert counter.frame_count == 1  # compiled once, then its graph reused (as torch's compiled function)
+
+        # the decorator with arguments
+        decorated_counter = CompileCounter()
+
+        @torch.compile(backend=decorated_counter, fullgraph=True)
+        def cubed(y: torch.Tensor) -> torch.Tensor:
+            return y * y * y
+
+        torch.testing.assert_close(cubed(x), x**3)
+        assert decorated_counter.frame_count == 1
+
+        # called from an outer compiled function: dynamo inlines it (one frame, the outer's; fullgraph: no break)
+        inner_counter, outer_counter = CompileCounter(), CompileCounter()
+        inner = torch.compile(scaled, backend=inner_counter)
+        outer = torch.compile(lambda y: inner(y) - 1, backend=outer_counter, fullgraph=True)
+        torch.testing.assert_close(outer(x), scaled(x) - 1)
+        assert (outer_counter.frame_count, inner_counter.frame_count) == (1, 0)
+
+        # four threads at the first call: one compile
+        threaded_counter = CompileCounter()
+        shared = torch.compile(scaled, backend=threaded_counter)
+        import threading
+
+        results: list[torch.Tensor] = []
+        threads = [threading.Thread(target=lambda: results.append(shared(x))) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(results) == 4 and threaded_counter.frame_count == 1
+        for result in results:
+            torch.testing.assert_close(result, scaled(x))
+
+        # what torch returns at once still comes at once: a module's OptimizedModule, torch's refusal
+        module = torch.nn.Linear(3, 3)
+        assert isinstance(torch.compile(module, backend="eager"), torch._dynamo.eval_frame.OptimizedModule)
+        with pytest.raises(RuntimeError, match="Either mode or options"):
+            torch.compile(scaled, mode="max-autotune", options={"trace.enabled": False})
+    assert torch.compile.__code__.co_filename == torch.__file__  # uninstalled: torch's own again
+
+
+DEFERRED_COMPILE_PROBE = """
+import json, sys
+import fl_patch
+fl_patch.install()
+import torch
+from megatron.core.models.gpt.gpt_model import GPTModel
+import megatron.core.optimizer, megatron.core.jit as jit
+from megatron.core.transformer import utils
+loaded_at_import = "torch._dynamo" in sys.modules
+x = torch.linspace(-3, 3, 7)
+out = utils.gelu_impl(x)  # a @jit_fuser function: compiled now (TORCHDYNAMO_DISABLE=1: it then runs as written)
+expected = 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * x * (1.0 + 0.044715 * x * x)))
+print("RESULT" + json.dumps({
+    "loaded_at_import": loaded_at_import,
+    "loaded_after_call": "torch._dynamo" in sys.modules,
+    "jit_fuser": jit.jit_fuser.__code__.co_filename.rsplit("/", 1)[-1],
+    "right": bool(torch.allclose(out, expected)),
+}))
+"""
+
+
+def test_importing_megatron_compiles_nothing_until_a_compiled_function_is_called(run_python) -> None:
+    """Megatron's import-time torch.compile (every @jit_fuser) no longer loads dynamo; the first call does."""
+    from ..conftest import clean_env
+
+    proc = run_python("-c", DEFERRED_COMPILE_PROBE, env=clean_env(TORCHDYNAMO_DISABLE="1"), timeout=120)
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
+    assert json.loads(line[len("RESULT") :]) == {
+        "loaded_at_import": False,
+        "loaded_after_call": True,
+        "jit_fuser": "lazy_compile.py",  # fl_patch's function: the impl's code
+        "right": True,
+    }
+    disabled = run_python(
+        "-c",
+        DEFERRED_COMPILE_PROBE,
+        env=clean_env(TORCHDYNAMO_DISABLE="1", FL_PATCH_DISABLE="torch.compile"),
+        timeout=120,
+    )
+    (line,) = [line for line in disabled.stdout.splitlines() if line.startswith("RESULT")]
+    assert json.loads(line[len("RESULT") :])["loaded_at_import"] is True  # upstream's: the compiler at import
 
 
 # --------------------------------------------------------------------------- fresh processes

@@ -556,6 +556,17 @@ TYPING_OVERRIDE = PatchDoc(
     remove_when="Python 3.11 is no longer used, or upstream imports it from typing_extensions",
 )
 
+DEFERRED_COMPILE = PatchDoc(
+    why="importing megatron.core calls torch.compile about forty times at module level (each @jit_fuser, and "
+    "router.py's @torch.compile); the first imports dynamo and inductor, 1.8 s of CPU of every megatron process, "
+    "for fused functions a CPU run leaves off (upstream's defaults).",
+    how="a function given to torch.compile is compiled, with the same arguments, at its first call (once, under a "
+    "lock); an nn.Module, and a call torch refuses, go to torch at once; called while dynamo traces, the plain "
+    "function runs (dynamo inlines it).",
+    upstream=f"torch 2.13 torch/__init__.py (compile); {_MC}/jit.py, {_MC}/transformer/moe/router.py line 918",
+    remove_when="torch imports its compiler lazily, or megatron stops compiling at import",
+)
+
 
 def register_pack() -> None:
     """The ``cpu`` pack (``fl_patch.impls.PACKS``): every registration, for vendor ``cpu``."""
@@ -768,6 +779,8 @@ def register_pack() -> None:
 
     # -- Outside megatron: what a training script itself calls, and Python 3.11.
     register(target="torch.Tensor.cuda", impl=f"{_PACK}.training_functions.tensor_cuda", vendor=CPU, doc=TENSOR_CUDA)
+    # -- Start-up: torch.compile at import time (megatron's decorators) defers the compiler to the first call.
+    register(target="torch.compile", impl=f"{_PACK}.lazy_compile.compile", vendor=CPU, doc=DEFERRED_COMPILE)
     if PYTHON_BEFORE_3_12:
         register(
             target="typing.override",
