@@ -37,8 +37,8 @@
 #   zipf131, zipf281  the curve as the published fp8 comparisons train: Zipf-distributed tokens (a Markov chain whose
 #              tokens follow Zipf's law, as words in text: gems_gpt.py --data zipf), warm-up (30 steps) and cosine decay
 #              of a 3e-4 peak, 300 steps, seq 1024, 4 sequences a step; bf16 and fp8 tensorwise (hybrid) at each seed of
-#              FP8_ZIPF_SEEDS (default "1234 7"), a bf16 rerun of the first (FP8_ZIPF_RERUN=0: none), and fp32 for
-#              FP8_ZIPF_FP32_STEPS steps (default 0). Gaps: python bench/fp8_seed_gaps.py curves.json --data zipf
+#              FP8_ZIPF_SEEDS (default "1234 7"; FP8_ZIPF_PAIRS=0: none), a bf16 rerun of the first (FP8_ZIPF_RERUN=0:
+#              none), and fp32 for FP8_ZIPF_FP32_STEPS steps (default 0) of the same schedule. Gaps: python bench/fp8_seed_gaps.py curves.json --data zipf
 #              [--hidden 3072]
 #   variants   the same curve at the default seed with other fp8 settings (FP8_VARIANTS, default
 #              "e4m3:tensorwise e4m3:blockwise hybrid:delayed"): which part of hybrid tensorwise moves the curve
@@ -177,6 +177,7 @@ for s in $STAGES; do
         --lr-decay cosine --manual-gc --steps ${FP8_CURVE_STEPS:-300})
       seeds=(${FP8_ZIPF_SEEDS:-1234 7})
       for seed in "${seeds[@]}"; do
+        [ "${FP8_ZIPF_PAIRS:-1}" = 1 ] || break
         fits $((2 * per)) "$s seed $seed" || break
         stage "${s}_seed_$seed" bash -c "$(declare -f run); $(declare -p gpt pack zipf); RUNS=$CURVES; \
           run ${name}_s${seed}_bf16 $((3 * per)) \"\${zipf[@]}\" --seed $seed; \

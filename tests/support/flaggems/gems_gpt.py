@@ -431,7 +431,9 @@ def main() -> int:
         config=cfg, module=model, ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True)
     )
     lr = args.lr or (6e-4 if curve else 1e-4)
-    optimizer_config = OptimizerConfig(optimizer="adam", lr=lr, bf16=not args.fp32, params_dtype=dtype, clip_grad=1.0)
+    optimizer_config = OptimizerConfig(
+        optimizer="adam", lr=lr, min_lr=lr / 10, bf16=not args.fp32, params_dtype=dtype, clip_grad=1.0
+    )
     optimizer = get_megatron_optimizer(optimizer_config, [model])
     scheduler = None
     if args.warmup_steps or args.lr_decay != "constant":
