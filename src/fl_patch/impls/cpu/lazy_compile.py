@@ -4,10 +4,10 @@ Why: importing megatron.core calls ``torch.compile`` about forty times at module
 ``@jit_fuser`` of ``megatron/core/jit.py``, which is ``torch.compile`` on torch >= 2.2, and
 ``InferenceTopKRouter._compiled_topk_routing``'s ``@torch.compile`` in ``transformer/moe/router.py``).
 The first call imports ``torch._dynamo`` and ``torch._inductor``: measured on this project's 2-core
-machine, 1.8 s of CPU of a 4.8 s ``import megatron.core`` (``bench/startup.py``). On a CPU the fused
-functions behind those decorators are off by default (``bias_activation_fusion``... are the user's
-choice, and upstream's defaults leave them off), so a CPU training run paid for a compiler it never
-used; every megatron process of a job pays it again.
+machine, 1.8 s of CPU of a 4.8 s ``import megatron.core``. megatron-core's fusion options
+(``bias_activation_fusion``, ``bias_dropout_fusion``...) are off by default, so a run that leaves them
+off paid for a compiler it never used, in every megatron process of a job; one that turns them on
+(megatron.training's defaults do) compiles at their first call either way.
 
 How: for a function (or any callable that is not an ``nn.Module``), the returned function wears the
 function's face (``functools.wraps``) and calls torch's ``compile`` with the same arguments at its

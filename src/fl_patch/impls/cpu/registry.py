@@ -559,10 +559,11 @@ TYPING_OVERRIDE = PatchDoc(
 DEFERRED_COMPILE = PatchDoc(
     why="importing megatron.core calls torch.compile about forty times at module level (each @jit_fuser, and "
     "router.py's @torch.compile); the first imports dynamo and inductor, 1.8 s of CPU of every megatron process, "
-    "for fused functions a CPU run leaves off (upstream's defaults).",
+    "also where no compiled function is ever called (megatron-core's fusion options are off by default).",
     how="a function given to torch.compile is compiled, with the same arguments, at its first call (once, under a "
-    "lock); an nn.Module, and a call torch refuses, go to torch at once; called while dynamo traces, the plain "
-    "function runs (dynamo inlines it).",
+    "lock), so a run that calls none never loads the compiler and one that does (megatron.training turns the bias "
+    "fusions on) pays it at the first call; an nn.Module, and a call torch refuses, go to torch at once; called "
+    "while dynamo traces, the plain function runs (dynamo inlines it).",
     upstream=f"torch 2.13 torch/__init__.py (compile); {_MC}/jit.py, {_MC}/transformer/moe/router.py line 918",
     remove_when="torch imports its compiler lazily, or megatron stops compiling at import",
 )
