@@ -53,14 +53,11 @@ def _tracing() -> bool:
 
 def compile(model: Any = None, **kwargs: Any) -> Any:
     """Patch for ``torch.compile``: a function is compiled at its first call (module docstring)."""
-    if model is None:  # the decorator with arguments: @torch.compile(mode=..., backend=...)
-        if kwargs.get("mode") is not None and kwargs.get("options") is not None:
-            return _torch_compile()(None, **kwargs)  # torch's own refusal, where upstream raises it
+    if model is None:  # the decorator form, @torch.compile(mode=..., backend=...): applied, it comes back here
         return functools.partial(compile, **kwargs)
-    if isinstance(model, torch.nn.Module) or not callable(model):
-        return _torch_compile()(model, **kwargs)
-    if kwargs.get("mode") is not None and kwargs.get("options") is not None:
-        return _torch_compile()(model, **kwargs)
+    refused = kwargs.get("mode") is not None and kwargs.get("options") is not None
+    if isinstance(model, torch.nn.Module) or not callable(model) or refused:
+        return _torch_compile()(model, **kwargs)  # at once, as upstream: its module wrapper, or its error
     return _deferred(model, kwargs)
 
 
