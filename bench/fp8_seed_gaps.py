@@ -52,6 +52,11 @@ def _mean_curve(curves: list[list[float]]) -> list[float]:
     return [sum(c[i] for c in curves) / len(curves) for i in range(n)]
 
 
+def _signed_last50(run: list[float], ref: list[float]) -> float:
+    """``gap``'s last-50 figure with its sign: positive where ``run`` ends above ``ref``."""
+    return gap(run, ref)["last50"] * (1 if sum(run[-50:]) >= sum(ref[-50:]) else -1)
+
+
 def _leaves(losses: list[float]) -> int | None:
     return next((i + 1 for i, v in enumerate(losses) if v < PLATEAU), None)
 
@@ -131,9 +136,7 @@ def main() -> int:
         bf16_mean = _mean_curve([by_seed[r["seed"]]["bf16"]["losses"] for r in sweep])
         summary["seed_mean_curves"] = gap(fp8_mean, bf16_mean)
         summary["fp8_minus_bf16_last50_signed"] = [
-            (sum(by_seed[r["seed"]][r["kind"]]["losses"][-50:]) - sum(by_seed[r["seed"]]["bf16"]["losses"][-50:]))
-            / sum(by_seed[r["seed"]]["bf16"]["losses"][-50:])
-            for r in sweep
+            _signed_last50(by_seed[r["seed"]][r["kind"]]["losses"], by_seed[r["seed"]]["bf16"]["losses"]) for r in sweep
         ]
         report["summary"] = summary
         print(json.dumps(summary))

@@ -38,8 +38,8 @@
 #              tokens follow Zipf's law, as words in text: gems_gpt.py --data zipf), warm-up (30 steps) and cosine decay
 #              of a 3e-4 peak, 300 steps, seq 1024, 4 sequences a step; bf16 and fp8 tensorwise (hybrid) at each seed of
 #              FP8_ZIPF_SEEDS (default "1234 7"; FP8_ZIPF_PAIRS=0: none), a bf16 rerun of the first (FP8_ZIPF_RERUN=0:
-#              none), and fp32 for FP8_ZIPF_FP32_STEPS steps (default 0) of the same schedule. Gaps: python bench/fp8_seed_gaps.py curves.json --data zipf
-#              [--hidden 3072]
+#              none), and fp32 for FP8_ZIPF_FP32_STEPS steps (default 0) of the same schedule. Gaps:
+#              python bench/fp8_seed_gaps.py curves.json --data zipf [--hidden 3072]
 #   variants   the same curve at the default seed with other fp8 settings (FP8_VARIANTS, default
 #              "e4m3:tensorwise e4m3:blockwise hybrid:delayed"): which part of hybrid tensorwise moves the curve
 #   example    examples/train_gpt_gpu.py (the user's recipe: graph, capture stream, graph-safe RNG, fp8), 4 layers, 8 steps

@@ -1,25 +1,18 @@
-"""``bench/fp8_seed_gaps.py`` and the data its curves train on (``gems_gpt.py --data zipf``, ``tests/support/flaggems/gems_data.py``): the gaps it prints are
-the runs' gaps, and the Zipf chain is the text-like data its docstring says."""
+"""``bench/fp8_seed_gaps.py`` and the data its curves train on (``gems_gpt.py --data zipf``:
+``tests/support/flaggems/gems_data.py``): the gaps it prints are the runs' gaps, and the Zipf chain is the
+text-like data its docstring says."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
+import runpy
 import sys
 from pathlib import Path
 
 import torch
 
 from ..conftest import REPO
-
-
-def _load(path: Path, name: str):  # (a script, not a package module)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(seed: int, kind: str, losses: list[float]) -> dict:
@@ -44,11 +37,11 @@ def test_the_gaps_are_the_runs_gaps_signed_and_over_the_seeds_mean(tmp_path: Pat
     path = tmp_path / "curves.json"
     path.write_text(json.dumps(runs))
     monkeypatch.syspath_prepend(str(REPO / "bench"))
-    script = _load(REPO / "bench" / "fp8_seed_gaps.py", "fp8_seed_gaps")
+    script = runpy.run_path(str(REPO / "bench" / "fp8_seed_gaps.py"), run_name="fp8_seed_gaps")
     monkeypatch.setattr(
         sys, "argv", ["fp8_seed_gaps.py", str(path), "--data", "zipf", "--out", str(tmp_path / "g.json")]
     )
-    assert script.main() == 0
+    assert script["main"]() == 0
     summary = json.loads((tmp_path / "g.json").read_text())["summary"]
     signed = summary["fp8_minus_bf16_last50_signed"]
     assert math.isclose(signed[0], 0.01, rel_tol=1e-9) and math.isclose(signed[1], -0.03, rel_tol=1e-9)
@@ -59,15 +52,15 @@ def test_the_gaps_are_the_runs_gaps_signed_and_over_the_seeds_mean(tmp_path: Pat
 
 
 def test_the_zipf_chain_is_skewed_like_text_and_fixed_by_its_seed() -> None:
-    gems_data = _load(REPO / "tests" / "support" / "flaggems" / "gems_data.py", "gems_data")
+    gems_data = runpy.run_path(str(REPO / "tests" / "support" / "flaggems" / "gems_data.py"))
     vocab = 2000
-    first = torch.stack(list(gems_data.zipf_batches(vocab, 4, 256, 7, "cpu", 6)))
-    again = torch.stack(list(gems_data.zipf_batches(vocab, 4, 256, 7, "cpu", 6)))
+    first = torch.stack(list(gems_data["zipf_batches"](vocab, 4, 256, 7, "cpu", 6)))
+    again = torch.stack(list(gems_data["zipf_batches"](vocab, 4, 256, 7, "cpu", 6)))
     assert first.shape == (6, 4, 257) and torch.equal(first, again)
     counts = torch.bincount(first.flatten(), minlength=vocab).sort(descending=True).values
     # Zipf: the most frequent tenth of the tokens carries most of the text; a uniform chain's tenth carries ~10%
     assert counts[: vocab // 10].sum() > 0.6 * counts.sum()
-    uniform = torch.stack(list(gems_data.markov_batches(vocab, 4, 256, 7, "cpu", 6)))
+    uniform = torch.stack(list(gems_data["markov_batches"](vocab, 4, 256, 7, "cpu", 6)))
     uniform_counts = torch.bincount(uniform.flatten(), minlength=vocab).sort(descending=True).values
     assert uniform_counts[: vocab // 10].sum() < 0.3 * uniform_counts.sum()
     # a Markov chain: outside the 5% noise, each token is followed by one of its 4 successors

@@ -956,6 +956,13 @@ def test_torch_compile_of_a_function_compiles_once_at_its_first_call_as_torch_wo
         outer = torch.compile(lambda y: inner(y) - 1, backend=outer_counter, fullgraph=True)
         torch.testing.assert_close(outer(x), scaled(x) - 1)
         assert (outer_counter.frame_count, inner_counter.frame_count) == (1, 0)
+        # the same once the inner function has been compiled by a call of its own
+        called_counter, around_counter = CompileCounter(), CompileCounter()
+        called = torch.compile(scaled, backend=called_counter)
+        torch.testing.assert_close(called(x), scaled(x))
+        around = torch.compile(lambda y: called(y) * 3, backend=around_counter, fullgraph=True)
+        torch.testing.assert_close(around(x), scaled(x) * 3)
+        assert (around_counter.frame_count, called_counter.frame_count) == (1, 1)
 
         # four threads at their first call together: torch's compile is asked once (what dynamo then traces per
         # thread is dynamo's own concurrency, as for any compiled function)

@@ -12,12 +12,14 @@ off paid for a compiler it never used, in every megatron process of a job; one t
 How: for a function (or any callable that is not an ``nn.Module``), the returned function wears the
 function's face (``functools.wraps``) and calls torch's ``compile`` with the same arguments at its
 first call, once (a lock: two threads do not compile twice), then calls the compiled function, as
-the compiled function would have been called from the start. What upstream returns at once is still
+the compiled function would have been called from the start; each later call costs one test more
+than a call of torch's compiled function. What upstream returns at once is still
 returned at once: an ``nn.Module`` (torch's ``OptimizedModule``, whose attributes callers read), a
 call torch refuses (``mode`` and ``options`` together: the same error, at the same place), and the
-decorator form ``torch.compile(mode=...)`` gives a decorator that makes lazy functions. Called while
-dynamo is already tracing (an outer compiled function calling it), the function runs its plain code,
-which dynamo inlines, as it inlines a compiled function's original.
+decorator form ``torch.compile(mode=...)`` gives a decorator that makes lazy functions. Called for the
+first time while dynamo is already tracing (an outer compiled function calling it), the function runs
+its plain code, which dynamo inlines, as it inlines a compiled function's original; once compiled,
+dynamo meets torch's compiled function there, as without the patch.
 
 Upstream: torch 2.13 ``torch/__init__.py`` (``compile``); megatron-core 0.19.2 ``megatron/core/jit.py``
 and ``megatron/core/transformer/moe/router.py`` (line 918).
@@ -68,12 +70,13 @@ def _deferred(function: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[
     @functools.wraps(function)
     def compiled_at_first_call(*args: Any, **call_kwargs: Any) -> Any:
         nonlocal compiled
-        if _tracing():
+        if compiled is not None:  # every call after the first: one test, then torch's compiled function
+            return compiled(*args, **call_kwargs)
+        if _tracing():  # not compiled yet, inside an outer trace: compiling here would run inside the trace
             return function(*args, **call_kwargs)
-        if compiled is None:
-            with lock:
-                if compiled is None:
-                    compiled = _torch_compile()(function, **kwargs)
+        with lock:
+            if compiled is None:
+                compiled = _torch_compile()(function, **kwargs)
         return compiled(*args, **call_kwargs)
 
     return compiled_at_first_call
