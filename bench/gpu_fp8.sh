@@ -18,7 +18,9 @@
 #              before the hardware conversion and the tile sweep (FL_GEMS_FP8_CAST_CONVERT=integer, tile 64,128,8);
 #              e2e131_swiglu_off: fp8 tensorwise and delayed without the SwiGLU kernels' casts (FL_GEMS_FP8_SWIGLU_CAST=0:
 #              the casts of fc2's input and fc1's output gradient run as separate kernels, as before fp8_swiglu.py);
-#              e2e131_swiglu_all: fp8 delayed with them (FL_GEMS_FP8_SWIGLU_CAST=tensorwise,delayed; not the default)
+#              e2e131_swiglu_all: fp8 delayed with them (FL_GEMS_FP8_SWIGLU_CAST=tensorwise,delayed; not the default);
+#              e2e131_norm_off: fp8 tensorwise without the norms' amax (FL_GEMS_FP8_NORM_CAST=0: the QKV projection's
+#              and fc1's input casts run their own amax pass, as before fp8_norm.py)
 #   profile131 the 1.31B eager (no graph: the profiler sees each kernel), 8 x 2 sequences, torch.profiler tables of two
 #              steps into $OUT/prof_*.txt: fp8 tensorwise and delayed, with the SwiGLU kernels' casts and without
 #   e2e281     the 2.81B (26 layers, hidden 3072, GQA 24/8, SwiGLU 8192, seq 4096), 2 x 4 sequences: bf16, fp8 tensorwise;
@@ -154,6 +156,10 @@ for s in $STAGES; do
         run l131_fp8_tensorwise_swiglu_off 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe tensorwise; \
         run l131_fp8_delayed_swiglu_off 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe delayed --fp8-amax-history-len 16 \
           --fp8-amax-compute-algo max" ;;
+    e2e131_norm_off)
+      fits 70 e2e131_norm_off || continue
+      stage e2e131_norm_off bash -c "export FL_GEMS_FP8_NORM_CAST=0; $(declare -f run); $(declare -p gpt pack l131 RUNS); \
+        run l131_fp8_tensorwise_norm_off 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe tensorwise" ;;
     seeds)
       curve=(--preset llama131 --spec te --seq 1024 --mbs 4 --fresh-data --manual-gc --steps ${FP8_CURVE_STEPS:-300})
       for seed in ${FP8_SEEDS:-7 99}; do

@@ -467,11 +467,13 @@ def test_cast_kernels_give_torchs_bytes_in_the_interpreter(run_python) -> None:
 
 
 @_needs_triton_cpu
-def test_swiglu_kernels_make_the_linears_casts_bit_for_bit(run_python) -> None:
-    """The SwiGLU kernels that cast what they write (``kernels/swiglu_fp8.py``, ``fp8_swiglu.py``), in the
-    interpreter: output, input gradient, amax and (delayed) fp8 copies equal the plain SwiGLU followed by the cast
-    kernels, bit for bit; megatron's TE-spec GPT in fp8 gives the same losses, gradients and delayed-scaling state
-    with and without them, two casts a layer and pass made by the SwiGLU."""
+def test_producing_kernels_make_the_linears_casts_bit_for_bit(run_python) -> None:
+    """The kernels that cast what they write, in the interpreter: the SwiGLU's (``kernels/swiglu_fp8.py``,
+    ``fp8_swiglu.py``): output, input gradient, amax and (delayed) fp8 copies equal the plain SwiGLU followed by the
+    cast kernels, bit for bit; the norms' amax variants (``fp8_norm.py``): output and gradients equal the plain
+    norms', the amax max |y|. megatron's TE-spec GPT in fp8 gives the same losses, gradients and delayed-scaling state
+    with and without them: per layer and pass, two casts made by the SwiGLU, and under tensorwise two more (the QKV
+    projection's and fc1's inputs) by the norms."""
     env = triton_env(
         interpret=True,
         MG_FL_PREFER="flaggems",
@@ -480,21 +482,26 @@ def test_swiglu_kernels_make_the_linears_casts_bit_for_bit(run_python) -> None:
         FL_PATCH_DISABLE="megatron.core.models.common.embeddings.rope_utils.apply_rotary_pos_emb,"
         "fl_patch.impls.te.modules.attention",
     )
-    proc = run_python(str(SUPPORT / "flaggems" / "gems_fp8_swiglu.py"), env=env, check=False, timeout=600)
+    proc = run_python(str(SUPPORT / "flaggems" / "gems_fp8_producers.py"), env=env, check=False, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     kernels = result["kernels"]
-    assert len(kernels) == 32 and all(kernels.values()), [k for k, v in kernels.items() if not v]
+    assert len(kernels) == 38 and all(kernels.values()), [k for k, v in kernels.items() if not v]
     assert set(result["megatron"]) == {
         "tensorwise_hybrid", "delayed_hybrid", "delayed_e4m3_margin_bf16_wgrad", "tensorwise_recompute_mlp"
     }  # fmt: skip
     for name, case in result["megatron"].items():
-        # 2 layers, 2 passes, fc2's input and fc1's gradient; recomputed: fc2's input once more (the no_grad forward)
-        made = 2 * 2 * (3 if name.endswith("recompute_mlp") else 2)
-        assert case["made"] == made and case["made_without"] == 0, (name, case)
+        # 2 layers, 2 passes; the SwiGLU: fc2's input and fc1's gradient; the norms (tensorwise): the QKV projection's
+        # and fc1's inputs. Recomputed MLP: its first forward (no_grad) once more: fc2's input, fc1's input
+        tensorwise = name.startswith("tensorwise")
+        per_layer = 2 + (2 if tensorwise else 0) + (2 if name.endswith("recompute_mlp") else 0)
+        assert case["made"] == 2 * 2 * per_layer and case["made_without"] == 0, (name, case)
         assert case["losses"] == case["losses_without"] and case["grads_compared"] > 0, (name, case)
         assert case["differing_grads"] == [] and case["state_same"], (name, case)
         assert case["stateful"] == (8 if name.startswith("delayed") else 0), (name, case)
+    alone = result["megatron"]["tensorwise_hybrid"]
+    assert alone["made_norms_only"] == 2 * 2 * 2 and alone["differing_norms_only"] == [], alone
+    assert alone["losses_norms_only"] == alone["losses_without"], alone
 
 
 _TILE_SNIPPET = """
@@ -658,15 +665,16 @@ def test_cast_kernels_give_torchs_bytes_on_the_gpu(tile: str) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_swiglu_casts_equal_the_cast_kernels_on_the_gpu(run_python) -> None:
-    """The SwiGLU kernels that cast what they write, with the GPU's fp8 conversion: output, input gradient, amax and the
-    delayed fp8 copies equal the plain SwiGLU followed by the cast kernels, bit for bit (both formats, bias or not)."""
+def test_producing_kernels_casts_equal_the_cast_kernels_on_the_gpu(run_python) -> None:
+    """The kernels that cast what they write, with the GPU's fp8 conversion: the SwiGLU's output, input gradient, amax
+    and delayed fp8 copies equal the plain SwiGLU followed by the cast kernels, bit for bit (both formats, bias or
+    not); the norms' amax variants give the plain norms' bytes and max |y|."""
     env = clean_env(PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
-    script = str(SUPPORT / "flaggems" / "gems_fp8_swiglu.py")
+    script = str(SUPPORT / "flaggems" / "gems_fp8_producers.py")
     proc = run_python(script, "--kernels-only", "--device", "cuda", env=env, check=False, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     kernels = json.loads(proc.stdout.strip().splitlines()[-1])["kernels"]
-    assert len(kernels) == 32 and all(kernels.values()), [k for k, v in kernels.items() if not v]
+    assert len(kernels) == 38 and all(kernels.values()), [k for k, v in kernels.items() if not v]
 
 
 def _curve(run_python, tmp_path: Path, name: str, env: dict[str, str], *args: str) -> dict:

@@ -51,6 +51,10 @@ POINTERS = {
     "_rms_fwd": {"X": "*bf16", "W": "*bf16", "Y": "*bf16", "RSTD": "*fp32"},
     "_rms_bwd": {"X": "*bf16", "W": "*bf16", "DY": "*bf16", "DX": "*bf16", "RSTD": "*fp32", "DW_PART": "*fp32"},
     "_ln_fwd": {"X": "*bf16", "W": "*bf16", "B": "*bf16", "Y": "*bf16", "MEAN": "*fp32", "RSTD": "*fp32"},
+    "_rms_fwd_amax": {"X": "*bf16", "W": "*bf16", "Y": "*bf16", "RSTD": "*fp32", "AMAX": "*fp32"},
+    "_ln_fwd_amax": {
+        "X": "*bf16", "W": "*bf16", "B": "*bf16", "Y": "*bf16", "MEAN": "*fp32", "RSTD": "*fp32", "AMAX": "*fp32",
+    },
     "_ln_bwd": {
         "X": "*bf16", "W": "*bf16", "DY": "*bf16", "DX": "*bf16", "MEAN": "*fp32", "RSTD": "*fp32",
         "DW_PART": "*fp32", "DB_PART": "*fp32",
@@ -128,6 +132,9 @@ def cases() -> list[tuple]:
         (norms._rms_bwd, {"BLOCK_M": 1, "BLOCK_N": 2048, "PPS": 4}, 8),
         (norms._ln_fwd, {"HAS_BIAS": True, "BLOCK_M": 1, "BLOCK_N": 4096}, 8),
         (norms._ln_fwd, {"HAS_BIAS": False, "BLOCK_M": 1, "BLOCK_N": 4096}, 8),
+        (norms._rms_fwd_amax, {"BLOCK_M": 2, "BLOCK_N": 2048}, 8),
+        (norms._ln_fwd_amax, {"HAS_BIAS": True, "BLOCK_M": 1, "BLOCK_N": 4096}, 8),
+        (norms._ln_fwd_amax, {"HAS_BIAS": False, "BLOCK_M": 4, "BLOCK_N": 1024}, 4),
         (norms._ln_bwd, {"HAS_BIAS": True, "BLOCK_M": 1, "BLOCK_N": 4096, "PPS": 2}, 8),
         (norms._ln_bwd, {"HAS_BIAS": False, "BLOCK_M": 4, "BLOCK_N": 4096, "PPS": 1}, 16),
         (norms._sum_parts, {"HAS_B": True, "BLOCK_P": 1024, "BLOCK_C": 8}, 8),

@@ -129,7 +129,8 @@ MULTI_TENSOR = PatchDoc(
 TE_NORM = PatchDoc(
     why="the TE-compatible layers (pack te) compute their norms with torch's eager F.rms_norm / F.layer_norm.",
     how="the pack's RMSNorm/LayerNorm kernels behind te.modules.norm (TE's zero-centred gamma), the norm of "
-    "TELayerNormColumnParallelLinear and TENorm" + _FALLBACK + ".",
+    "TELayerNormColumnParallelLinear and TENorm" + _FALLBACK + "; feeding a linear that casts it for an fp8 GEMM "
+    "under tensorwise scaling, the kernel also takes the amax that cast needs (fp8_norm.py).",
     upstream=f"{_MC}/extensions/transformer_engine.py (TE's LayerNormLinear, the layer the stand-in mirrors)",
     remove_when="TransformerEngine (or TE-FL) is installed: the TE-compatible layers are then not registered",
 )

@@ -152,9 +152,18 @@ def fp8_layer(config: Any, layer: torch.nn.Module, num_gemms: int = 1) -> Any:
 
 
 def norm(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float, rms: bool, zero_centered_gamma: bool
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+    rms: bool,
+    zero_centered_gamma: bool,
+    consumer: torch.nn.Module | None = None,
 ) -> torch.Tensor:
-    """LayerNorm / RMSNorm over the last dimension, as TE computes them (gamma stored as gamma-1 when zero-centred)."""
+    """LayerNorm / RMSNorm over the last dimension, as TE computes them (gamma stored as gamma-1 when zero-centred).
+
+    ``consumer``: the linear the result feeds (``TELayerNormColumnParallelLinear``), for an implementation that
+    prepares that linear's use of it (the GPU pack's fp8 cast: ``flaggems/fp8_norm.py``); unused here."""
     gamma = weight + 1 if zero_centered_gamma else weight
     if rms:
         return F.rms_norm(x, (x.shape[-1],), gamma, eps)
@@ -412,8 +421,9 @@ class TELayerNormColumnParallelLinear(TEColumnParallelLinear):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         normed = norm(
-            x, self.layer_norm_weight, self.layer_norm_bias, self.norm_eps, self.norm_rms, self.zero_centered_gamma
-        )
+            x, self.layer_norm_weight, self.layer_norm_bias, self.norm_eps, self.norm_rms, self.zero_centered_gamma,
+            consumer=self,
+        )  # fmt: skip
         return super().forward(normed)
 
 

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import cdiv, graph_timed, launch, multiprocessors, next_power_of_2, rows, run
+from . import cdiv, graph_timed, launch, multiprocessors, next_power_of_2, picked, rows, run
 
 __all__ = ["MAX_WIDTH", "LayerNormFunction", "RMSNormFunction", "layer_norm", "rms_norm"]
 
@@ -148,6 +148,57 @@ def _ln_fwd(
     tl.store(Y + r64[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(MEAN + rows_, mean, mask=rmask)
     tl.store(RSTD + rows_, rstd, mask=rmask)
+
+
+# The forward kernels again, each also taking max |y| of what it writes (``atomic_max`` into ``AMAX``): the cast of y
+# for an fp8 GEMM then skips its amax pass (``fp8_norm.py``). Their own kernels, not a flag on the plain ones: a
+# kernel's source is its key in the tuning store (``TuneStore.kernel_id``), so the plain kernels keep their stored
+# and shipped picks, and these run at the plain kernel's pick for the same call (``picked``), never tuned apart.
+@triton.jit
+def _rms_fwd_amax(
+    X, W, Y, RSTD, M, N, stride_x, stride_y, eps, M_BUCKET, AMAX,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    rows_ = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    rmask = rows_ < M
+    cmask = cols < N
+    mask = rmask[:, None] & cmask[None, :]
+    r64 = rows_.to(tl.int64)
+    x = tl.load(X + r64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
+    w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+    y = (x * rstd[:, None] * w[None, :]).to(Y.dtype.element_ty)
+    tl.store(Y + r64[:, None] * stride_y + cols[None, :], y, mask=mask)
+    tl.store(RSTD + rows_, rstd, mask=rmask)
+    # the amax of the values as stored (a cast reading Y reads those); masked lanes hold 0
+    tl.atomic_max(AMAX, tl.max(tl.max(tl.where(mask, tl.abs(y.to(tl.float32)), 0.0), axis=1), axis=0))
+
+
+@triton.jit
+def _ln_fwd_amax(
+    X, W, B, Y, MEAN, RSTD, M, N, stride_x, stride_y, eps, M_BUCKET, AMAX,
+    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    rows_ = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    rmask = rows_ < M
+    cmask = cols < N
+    mask = rmask[:, None] & cmask[None, :]
+    r64 = rows_.to(tl.int64)
+    x = tl.load(X + r64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=1) / N
+    xc = tl.where(mask, x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / N + eps)
+    w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+    y = xc * rstd[:, None] * w[None, :]
+    if HAS_BIAS:
+        y += tl.load(B + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+    yo = y.to(Y.dtype.element_ty)
+    tl.store(Y + r64[:, None] * stride_y + cols[None, :], yo, mask=mask)
+    tl.store(MEAN + rows_, mean, mask=rmask)
+    tl.store(RSTD + rows_, rstd, mask=rmask)
+    tl.atomic_max(AMAX, tl.max(tl.max(tl.where(mask, tl.abs(yo.to(tl.float32)), 0.0), axis=1), axis=0))
 
 
 @triton.jit
@@ -273,11 +324,33 @@ _LN_BWD = triton.autotune(
 )(_ln_bwd)
 
 
+def _forward(
+    kernel: Any, tuned: Any, with_amax: Any, y: torch.Tensor, amax: torch.Tensor | None, *args: object, **kwargs: object
+) -> None:
+    """One forward launch: ``kernel`` (autotuned by ``tuned``), or with ``amax`` its variant ``with_amax`` at the pick
+    ``kernel`` has for this call. Where no pick exists yet (the first call of a shape that tunes), the plain launch
+    tunes and the amax is taken by the cast kernels' amax pass this once. ``y``: the output (in ``args``), [m, n]."""
+    m, n = y.shape
+    if amax is None:
+        launch(kernel, tuned, lambda meta: (cdiv(m, meta["BLOCK_M"]),), _fwd_default(n), *args, **kwargs)
+        return
+    meta = picked(tuned, _fwd_default(n), *args, **kwargs)
+    if meta is None:
+        launch(kernel, tuned, lambda meta: (cdiv(m, meta["BLOCK_M"]),), _fwd_default(n), *args, **kwargs)
+        from .fp8_cast import amax as amax_pass
+
+        amax_pass(y, amax)
+        return
+    launch(with_amax, None, lambda meta: (cdiv(m, meta["BLOCK_M"]),), meta, *args, amax, **kwargs)
+
+
 class RMSNormFunction(torch.autograd.Function):
     """y = x / sqrt(mean(x^2) + eps) * w over the last dimension; any leading shape and strides."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    def forward(
+        ctx, x: torch.Tensor, weight: torch.Tensor, eps: float, amax: torch.Tensor | None = None
+    ) -> torch.Tensor:
         n = x.shape[-1]
         x2 = rows(x, n)
         m = x2.shape[0]
@@ -285,8 +358,8 @@ class RMSNormFunction(torch.autograd.Function):
         rstd = torch.empty(m, dtype=torch.float32, device=x.device)
         block_n = next_power_of_2(n)
         if m > 0:
-            launch(
-                _rms_fwd, _RMS_FWD, lambda meta: (cdiv(m, meta["BLOCK_M"]),), _fwd_default(n),
+            _forward(
+                _rms_fwd, _RMS_FWD, _rms_fwd_amax, y.view(m, n), amax,
                 x2, weight, y, rstd, m, n, x2.stride(0), n, eps, _bucket(m), BLOCK_N=block_n,
             )  # fmt: skip
         ctx.save_for_backward(x2, weight, rstd)
@@ -294,7 +367,7 @@ class RMSNormFunction(torch.autograd.Function):
         return y
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None]:
         x2, weight, rstd = ctx.saved_tensors
         m, n = x2.shape
         dy2 = rows(dy, n)
@@ -312,14 +385,21 @@ class RMSNormFunction(torch.autograd.Function):
             dw, _ = _reduce_parts(dw_part, _bwd_programs(m, meta, device), weight.dtype)
         else:
             dw = torch.zeros_like(weight)
-        return dx.view(ctx.x_shape), dw if ctx.needs_input_grad[1] else None, None
+        return dx.view(ctx.x_shape), dw if ctx.needs_input_grad[1] else None, None, None
 
 
 class LayerNormFunction(torch.autograd.Function):
     """y = (x - mean) / sqrt(var + eps) * w + b over the last dimension; any leading shape and strides."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    def forward(
+        ctx,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        eps: float,
+        amax: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         n = x.shape[-1]
         x2 = rows(x, n)
         m = x2.shape[0]
@@ -327,8 +407,8 @@ class LayerNormFunction(torch.autograd.Function):
         mean = torch.empty(m, dtype=torch.float32, device=x.device)
         rstd = torch.empty(m, dtype=torch.float32, device=x.device)
         if m > 0:
-            launch(
-                _ln_fwd, _LN_FWD, lambda meta: (cdiv(m, meta["BLOCK_M"]),), _fwd_default(n),
+            _forward(
+                _ln_fwd, _LN_FWD, _ln_fwd_amax, y.view(m, n), amax,
                 x2, weight, bias if bias is not None else weight, y, mean, rstd, m, n, x2.stride(0), n, eps,
                 _bucket(m), HAS_BIAS=bias is not None, BLOCK_N=next_power_of_2(n),
             )  # fmt: skip
@@ -338,7 +418,7 @@ class LayerNormFunction(torch.autograd.Function):
         return y
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, None]:
+    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, None, None]:
         x2, weight, mean, rstd = ctx.saved_tensors
         m, n = x2.shape
         dy2 = rows(dy, n)
@@ -364,14 +444,19 @@ class LayerNormFunction(torch.autograd.Function):
             dw if ctx.needs_input_grad[1] else None,
             db if ctx.needs_input_grad[2] else None,
             None,
+            None,
         )
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm of ``x`` over its last dimension (differentiable in x and weight)."""
-    return RMSNormFunction.apply(x, weight, eps)
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, amax: torch.Tensor | None = None) -> torch.Tensor:
+    """RMSNorm of ``x`` over its last dimension (differentiable in x and weight); ``amax`` (an fp32 slot holding 0
+    or less than the result's) becomes max |result|."""
+    return RMSNormFunction.apply(x, weight, eps, amax)
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """LayerNorm of ``x`` over its last dimension (differentiable in x, weight and bias)."""
-    return LayerNormFunction.apply(x, weight, bias, eps)
+def layer_norm(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float, amax: torch.Tensor | None = None
+) -> torch.Tensor:
+    """LayerNorm of ``x`` over its last dimension (differentiable in x, weight and bias); ``amax`` as for
+    :func:`rms_norm`."""
+    return LayerNormFunction.apply(x, weight, bias, eps, amax)

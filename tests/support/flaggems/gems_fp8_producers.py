@@ -1,12 +1,15 @@
-"""The SwiGLU kernels that make the fp8 casts of what they write (``fp8_swiglu.py``), in Triton's interpreter.
+"""The kernels that make the fp8 casts of what they write (``fp8_swiglu.py``, ``fp8_norm.py``), in Triton's interpreter.
 
 Run by ``tests/impls/test_flaggems_fp8.py`` with ``TRITON_INTERPRET=1`` and ``MG_FL_PREFER=flaggems``. Checks:
-1. the kernels (``kernels/swiglu_fp8.py``) against the plain SwiGLU kernel followed by the cast kernels, bit for bit:
-   output and input gradient, amax, and under delayed scaling the fp8 copy, its transpose and the decode scale, for
-   both formats, with and without bias, at sizes that leave partial tiles;
+1. the SwiGLU kernels (``kernels/swiglu_fp8.py``) against the plain SwiGLU kernel followed by the cast kernels, bit
+   for bit: output and input gradient, amax, and under delayed scaling the fp8 copy, its transpose and the decode
+   scale, for both formats, with and without bias, at sizes that leave partial tiles; the norms' amax variants
+   (``kernels/norms.py``): RMSNorm and LayerNorm (with and without bias) output, statistics' gradients and amax
+   against the plain kernels and max |y|;
 2. megatron's TE-spec GPT in fp8 (tensorwise and delayed), two forward/backward passes with the casts made by the
-   SwiGLU kernels (for both recipes) and without (``FL_GEMS_FP8_SWIGLU_CAST``'s set): the same loss, gradients and delayed-scaling
-   state bit for bit, and the casts counted as made by the producer (two per layer and step).
+   producing kernels (the SwiGLU's for both recipes, the norms' for tensorwise) and without (``fp8_swiglu.ENABLED``,
+   ``fp8_norm.ENABLED``): the same loss, gradients and delayed-scaling state bit for bit, and the casts counted as
+   made by the producers; under tensorwise also with the norms' alone (their count alone).
 Prints one JSON line; exits non-zero on a failed check.
 """
 
@@ -93,6 +96,28 @@ def kernels(device: torch.device) -> dict[str, bool]:
                 same(dy4, plain_dy) and same(q4, gq.data) and same(qt4, gqt.data)
                 and same(slots4[0:1], gq.scale_inv) and same(slots4[1:2], ref_amax4)
             )  # fmt: skip
+    from fl_patch.impls.flaggems.kernels import norms
+
+    for width, with_bias in ((200, False), (96, True)):
+        x = (torch.randn(37, width, generator=g) * 3).to(device, torch.bfloat16)
+        w = (torch.rand(width, generator=g) + 0.5).to(device, torch.bfloat16)
+        b = (torch.randn(width, generator=g) * 0.1).to(device, torch.bfloat16) if with_bias else None
+        dy = torch.randn(37, width, generator=g).to(device, torch.bfloat16)
+        for kind in ("rms", "ln"):
+            if kind == "rms" and with_bias:
+                continue
+            outs = []
+            for slot in (None, fq.scale_slots(device)[1:2]):
+                xx, ww = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+                bb = b.clone().requires_grad_(True) if b is not None else None
+                amax = None if slot is None else slot
+                y = norms.rms_norm(xx, ww, 1e-5, amax) if kind == "rms" else norms.layer_norm(xx, ww, bb, 1e-5, amax)
+                y.backward(dy)
+                outs.append((y.detach(), xx.grad, ww.grad, slot))
+            (y0, dx0, dw0, _), (y1, dx1, dw1, slot1) = outs
+            tag = f"{kind}_{width}{'_bias' if with_bias else ''}"
+            checks[f"norm_out_{tag}"] = same(y0, y1) and same(dx0, dx1) and same(dw0, dw1)
+            checks[f"norm_amax_{tag}"] = slot1 is not None and same(slot1, y0.abs().amax().float().reshape(1))
     return checks
 
 
@@ -115,7 +140,7 @@ def megatron() -> dict[str, object]:
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from fl_patch.impls.flaggems import fp8, fp8_swiglu
+    from fl_patch.impls.flaggems import fp8, fp8_norm, fp8_swiglu
 
     parallel_state.initialize_model_parallel(1, 1)
     seq, batch, vocab = 32, 2, 128
@@ -140,10 +165,13 @@ def megatron() -> dict[str, object]:
     batches = [torch.randint(0, vocab, (batch, seq + 1), generator=gen) for _ in range(2)]
     positions = torch.arange(seq).expand(batch, seq)
 
-    def run(model: GPTModel, on: bool) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torch.Tensor], int]:
+    def run(
+        model: GPTModel, swiglu: bool, norm: bool
+    ) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torch.Tensor], int]:
         fp8_swiglu.ENABLED.clear()
-        if on:
+        if swiglu:
             fp8_swiglu.ENABLED.update(("tensorwise", "delayed"))
+        fp8_norm.ENABLED = norm
         fp8.STATS["casts_from_producers"] = 0
         losses, grads = [], {}
         for tokens in batches:  # two passes: the second casts with the scales the first recorded (delayed)
@@ -167,8 +195,8 @@ def megatron() -> dict[str, object]:
     ):  # fmt: skip
         with_casts, without = build(**cfg), build(**cfg)
         without.load_state_dict(with_casts.state_dict())
-        losses_on, grads_on, state_on, made = run(with_casts, True)
-        losses_off, grads_off, state_off, made_off = run(without, False)
+        losses_on, grads_on, state_on, made = run(with_casts, True, True)
+        losses_off, grads_off, state_off, made_off = run(without, False, False)
         differing = [n for n in grads_off if not same(grads_on[n], grads_off[n])]
         state_same = all(fp8_state(state_on[n]) == fp8_state(state_off[n]) for n in state_off)
         stateful = sum(1 for t in state_off.values() if t is not None and t.numel())
@@ -176,6 +204,14 @@ def megatron() -> dict[str, object]:
             "losses": losses_on, "losses_without": losses_off, "differing_grads": differing[:5],
             "grads_compared": len(grads_off), "state_same": state_same, "stateful": stateful, "made": made, "made_without": made_off,
         }  # fmt: skip
+        if name == "tensorwise_hybrid":  # the norms' casts alone
+            norms_only = build(**cfg)
+            norms_only.load_state_dict(with_casts.state_dict())
+            losses_n, grads_n, _, made_n = run(norms_only, False, True)
+            out[name].update(
+                made_norms_only=made_n, losses_norms_only=losses_n,
+                differing_norms_only=[n for n in grads_off if not same(grads_n[n], grads_off[n])][:5],
+            )  # fmt: skip
     return out
 
 
