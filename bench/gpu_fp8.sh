@@ -22,7 +22,8 @@
 #              e2e131_norm_off: fp8 tensorwise without the norms' amax (FL_GEMS_FP8_NORM_CAST=0: the QKV projection's
 #              and fc1's input casts run their own amax pass, as before fp8_norm.py)
 #   profile131 the 1.31B eager (no graph: the profiler sees each kernel), 8 x 2 sequences, torch.profiler tables of two
-#              steps into $OUT/prof_*.txt: fp8 tensorwise and delayed, with the SwiGLU kernels' casts and without
+#              steps into $OUT/prof_*.txt: fp8 tensorwise and delayed, with the SwiGLU kernels' casts and without;
+#              profile131_norm: fp8 tensorwise with the norms' amax and without (FL_GEMS_FP8_NORM_CAST=1 / 0)
 #   e2e281     the 2.81B (26 layers, hidden 3072, GQA 24/8, SwiGLU 8192, seq 4096), 2 x 4 sequences: bf16, fp8 tensorwise;
 #              e2e281_1x8: the same at 1 x 8 sequences (fp8 at 2 x 4 does not fit an 80 GB card)
 #   cold       a shape no seed was measured for (hidden 2560, SwiGLU 6848, seq 2048, 4 layers), empty caches: the shipped
@@ -149,6 +150,15 @@ for s in $STAGES; do
         stage "profile_${r}_swiglu_$tag" bash -c "export FL_GEMS_FP8_SWIGLU_CAST=$on; $(declare -f run); \
           $(declare -p gpt pack p131 RUNS); run prof_${r}_swiglu_$tag 150 \"\${p131[@]}\" --fp8 hybrid --fp8-recipe $r \
           --profile $OUT/prof_${r}_swiglu_$tag.txt"
+      done ;;
+    profile131_norm)  # the same profile, fp8 tensorwise with the norms' amax and without (FL_GEMS_FP8_NORM_CAST)
+      fits 130 profile131_norm || continue
+      p131=(--preset llama131 --spec te --mbs 8 --microbatches 2 --steps 9 --grad-accum-fusion --fused-qkv-rope --manual-gc)
+      for on in 1 0; do
+        tag=on; [ "$on" = 0 ] && tag=off
+        stage "profile_tensorwise_norm_$tag" bash -c "export FL_GEMS_FP8_NORM_CAST=$on; $(declare -f run); \
+          $(declare -p gpt pack p131 RUNS); run prof_tensorwise_norm_$tag 150 \"\${p131[@]}\" --fp8 hybrid \
+          --fp8-recipe tensorwise --profile $OUT/prof_tensorwise_norm_$tag.txt"
       done ;;
     e2e131_swiglu_off)
       fits 130 e2e131_swiglu_off || continue
