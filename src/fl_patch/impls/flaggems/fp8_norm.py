@@ -7,11 +7,12 @@ holds every value it writes in registers, so taking their amax there costs one `
 linear's amax pass over the tensor goes (the SwiGLU kernels do the same for the MLP's two widest casts:
 ``fp8_swiglu.py``).
 
-How: where the pack serves ``te.modules.norm`` and the linear the norm feeds (its ``consumer``) runs its GEMMs in fp8
-under ``tensorwise`` in this region, at sizes the fp8 GEMMs take and with the pack's own norm kernels
-(``FL_GEMS_BACKEND`` not sending norms to FlagGems), the norm runs on its amax variant (``kernels/norms.py``,
-``_rms_fwd_amax`` / ``_ln_fwd_amax``, at the plain kernel's tuned pick) and offers the amax to the linear
-(:meth:`~.fp8.LinearFp8.offer`). The linear takes it only for the very tensor it was made from (address, shape,
+How: the pack replaces ``te.modules.linear_input_norm``, the norm ``TELayerNormColumnParallelLinear`` calls with
+itself as the linear the result feeds (not ``te.modules.norm``, whose signature a plugin's own norm keeps). Where that
+linear runs its GEMMs in fp8 under ``tensorwise`` in this region, at sizes the fp8 GEMMs take, with the pack's own
+norm kernels (``FL_GEMS_BACKEND`` not sending norms to FlagGems) taking the call, the norm runs on its amax variant
+(``kernels/norms.py``, ``_rms_fwd_amax`` / ``_ln_fwd_amax``, at the plain kernel's tuned pick) and offers the amax to
+the linear (:meth:`~.fp8.LinearFp8.offer`); any other call goes to ``te.modules.norm`` as installed. The linear takes it only for the very tensor it was made from (address, shape,
 strides, version), else casts as before; the bytes are the same either way (the amax is taken from the values as
 stored; checked bit for bit in the interpreter on megatron's TE-spec GPT: ``tests/impls/test_flaggems_fp8.py``).
 
@@ -31,8 +32,9 @@ import torch
 
 from ._runtime import backend
 from .fp8 import LinearFp8, active_recipe
+from .te import norm_reason
 
-__all__ = ["ENABLED", "norm_casting"]
+__all__ = ["ENABLED", "linear_input_norm", "norm_casting"]
 
 # decided once at import (the bench's control sets it in the environment; the tests set the attribute)
 ENABLED = os.environ.get("FL_GEMS_FP8_NORM_CAST", "1") != "0"
@@ -70,3 +72,24 @@ def norm_casting(
     out = norms.rms_norm(x, weight, eps, amax) if rms else norms.layer_norm(x, weight, bias, eps, amax)
     fp8.offer(made, out.view(tokens, width))
     return out
+
+
+def linear_input_norm(
+    linear: torch.nn.Module,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+    rms: bool,
+    zero_centered_gamma: bool,
+) -> torch.Tensor:
+    """``te.modules.linear_input_norm``: the norm with the amax ``linear``'s fp8 cast needs, where that applies
+    (:func:`norm_casting`); otherwise ``te.modules.norm`` as installed (the pack's, or a plugin's)."""
+    if getattr(linear, "_fl_fp8", None) is not None and norm_reason(x, weight, bias) is None:
+        gamma = weight + 1 if zero_centered_gamma else weight  # autograd carries the gradient back to weight
+        made = norm_casting(linear, x, gamma, bias, eps, rms)
+        if made is not None:
+            return made
+    from fl_patch.impls.te import modules
+
+    return modules.norm(x, weight, bias, eps, rms, zero_centered_gamma)

@@ -129,8 +129,7 @@ MULTI_TENSOR = PatchDoc(
 TE_NORM = PatchDoc(
     why="the TE-compatible layers (pack te) compute their norms with torch's eager F.rms_norm / F.layer_norm.",
     how="the pack's RMSNorm/LayerNorm kernels behind te.modules.norm (TE's zero-centred gamma), the norm of "
-    "TELayerNormColumnParallelLinear and TENorm" + _FALLBACK + "; feeding a linear that casts it for an fp8 GEMM "
-    "under tensorwise scaling, the kernel also takes the amax that cast needs (fp8_norm.py).",
+    "TELayerNormColumnParallelLinear and TENorm" + _FALLBACK + ".",
     upstream=f"{_MC}/extensions/transformer_engine.py (TE's LayerNormLinear, the layer the stand-in mirrors)",
     remove_when="TransformerEngine (or TE-FL) is installed: the TE-compatible layers are then not registered",
 )
@@ -180,6 +179,16 @@ FP8_LAYER = PatchDoc(
     "while an Autocast is active (e4m3 inputs and weights, e5m2/e4m3 gradients, fp32 accumulation), its fp8 "
     "state in TE's _extra_state layout.",
     upstream=f"{_MC}/extensions/transformer_engine.py; Transformer Engine 2.x module/base.py (get_extra_state)",
+    remove_when=_FP8_REMOVE,
+)
+FP8_NORM = PatchDoc(
+    why="under fp8 tensorwise scaling each linear casts its input in two passes (amax, then cast); the QKV "
+    "projection's and fc1's inputs are TELayerNormColumnParallelLinear's norm output, which the norm kernel holds in "
+    "registers as it writes it.",
+    how="te.modules.linear_input_norm (the norm that linear calls) runs the pack's RMSNorm/LayerNorm kernel's amax "
+    "variant, at the plain kernel's tuned pick, and offers the amax to the linear, whose cast then skips its amax "
+    "pass (the same bytes); any other call goes to te.modules.norm as installed (fp8_norm.py).",
+    upstream=f"{_MC}/extensions/transformer_engine.py (TE's LayerNormLinear, which casts inside its norm kernel)",
     remove_when=_FP8_REMOVE,
 )
 FP8_EXPERTS = PatchDoc(
@@ -286,6 +295,7 @@ FP8_PATCHES: tuple[tuple[str, str, PatchDoc], ...] = (
     ("megatron.core.fp8_utils.get_fp8_context", f"{_PACK}.fp8.get_fp8_context", FP8_CONTEXT),
     ("megatron.core.fp8_utils.get_fp8_recipe", f"{_PACK}.fp8.get_fp8_recipe", FP8_CONTEXT),
     (f"{_TE}.modules.fp8_layer", f"{_PACK}.fp8.fp8_layer", FP8_LAYER),
+    (f"{_TE}.modules.linear_input_norm", f"{_PACK}.fp8_norm.linear_input_norm", FP8_NORM),
     ("megatron.core.transformer.moe.experts.HAVE_TE", f"{_PACK}.fp8.HAVE_TE", FP8_EXPERTS),
     (
         "megatron.core.transformer.transformer_config.is_te_min_version",

@@ -55,6 +55,7 @@ __all__ = [
     "attention",
     "grouped_matmul",
     "norm",
+    "norm_reason",
     "weighted_bias_swiglu_impl",
 ]
 
@@ -68,7 +69,8 @@ MAX_WIDTH = 32768  # kernels/norms.py MAX_WIDTH (not imported: that module impor
 
 
 # --------------------------------------------------------------------------- norm
-def _norm_reason(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
+def norm_reason(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
+    """Why the pack's norm kernels cannot take this call (None: they can)."""
     if x.dtype not in _DTYPES:
         return f"dtype {x.dtype}"
     if weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
@@ -79,28 +81,15 @@ def _norm_reason(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 
 def norm(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    eps: float,
-    rms: bool,
-    zero_centered_gamma: bool,
-    consumer: torch.nn.Module | None = None,
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float, rms: bool, zero_centered_gamma: bool
 ) -> torch.Tensor:
-    """TE's LayerNorm / RMSNorm (``te_modules.norm``) on the pack's norm kernels; feeding an fp8 linear
-    (``consumer``), the kernel also takes the amax that linear's cast needs (``fp8_norm``)."""
+    """TE's LayerNorm / RMSNorm (``te_modules.norm``) on the pack's norm kernels."""
     op = "te_rms_norm" if rms else "te_layer_norm"
-    reason = _norm_reason(x, weight, bias)
+    reason = norm_reason(x, weight, bias)
     if reason is not None:
         fallback(op, reason)
-        return fl_patch.original(NORM)(x, weight, bias, eps, rms, zero_centered_gamma, consumer)
+        return fl_patch.original(NORM)(x, weight, bias, eps, rms, zero_centered_gamma)
     gamma = weight + 1 if zero_centered_gamma else weight  # autograd carries the gradient back to weight
-    if consumer is not None and getattr(consumer, "_fl_fp8", None) is not None:  # (bf16 layers import no fp8 code)
-        from .fp8_norm import norm_casting
-
-        made = norm_casting(consumer, x, gamma, bias, eps, rms)
-        if made is not None:
-            return made
     if rms:
         return ops.rms_norm(x, gamma, eps)
     return ops.layer_norm(x, gamma, bias, eps)

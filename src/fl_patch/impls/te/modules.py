@@ -34,7 +34,9 @@ The maths goes through three module-level functions, :func:`norm`, :func:`attent
 :func:`grouped_matmul`: a pack with kernels (the FlagGems GPU pack) registers its own impl for
 them (``fl_patch.impls.te.modules.norm`` is an fl_patch target like any other) and every
 module above runs on it. fp8 goes through :func:`fp8_layer`, which a pack with fp8 GEMMs replaces (the FlagGems
-pack's ``fp8.py``); here it needs TE. TE-only features (fp8 without such a pack, fp4, TP communication overlap,
+pack's ``fp8.py``); here it needs TE. ``TELayerNormColumnParallelLinear`` normalizes through
+:func:`linear_input_norm` (:func:`norm`, told which linear the result feeds), which such a pack replaces to prepare
+the linear's fp8 cast in the norm kernel (``fp8_norm.py``). TE-only features (fp8 without such a pack, fp4, TP communication overlap,
 delayed wgrad, symmetric all-reduce, fused residual RMSNorm, context parallelism, THD packed sequences) raise
 :class:`TEFeatureError`, naming the feature: never a silent plain-precision run.
 
@@ -90,6 +92,7 @@ __all__ = [
     "attention",
     "fp8_layer",
     "grouped_matmul",
+    "linear_input_norm",
     "norm",
     "per_expert_matmul",
 ]
@@ -152,22 +155,29 @@ def fp8_layer(config: Any, layer: torch.nn.Module, num_gemms: int = 1) -> Any:
 
 
 def norm(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float, rms: bool, zero_centered_gamma: bool
+) -> torch.Tensor:
+    """LayerNorm / RMSNorm over the last dimension, as TE computes them (gamma stored as gamma-1 when zero-centred)."""
+    gamma = weight + 1 if zero_centered_gamma else weight
+    if rms:
+        return F.rms_norm(x, (x.shape[-1],), gamma, eps)
+    return F.layer_norm(x, (x.shape[-1],), gamma, bias, eps)
+
+
+def linear_input_norm(
+    linear: torch.nn.Module,
     x: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     eps: float,
     rms: bool,
     zero_centered_gamma: bool,
-    consumer: torch.nn.Module | None = None,
 ) -> torch.Tensor:
-    """LayerNorm / RMSNorm over the last dimension, as TE computes them (gamma stored as gamma-1 when zero-centred).
-
-    ``consumer``: the linear the result feeds (``TELayerNormColumnParallelLinear``), for an implementation that
-    prepares that linear's use of it (the GPU pack's fp8 cast: ``flaggems/fp8_norm.py``); unused here."""
-    gamma = weight + 1 if zero_centered_gamma else weight
-    if rms:
-        return F.rms_norm(x, (x.shape[-1],), gamma, eps)
-    return F.layer_norm(x, (x.shape[-1],), gamma, bias, eps)
+    """The norm of ``TELayerNormColumnParallelLinear``, whose result ``linear`` consumes: :func:`norm` (whichever is
+    installed). A pack that prepares the linear's use of it replaces this, not :func:`norm`, so a plugin's own
+    ``norm`` keeps its signature and still serves every other call (the FlagGems pack's fp8 cast:
+    ``fl_patch.impls.flaggems.fp8_norm.linear_input_norm``)."""
+    return norm(x, weight, bias, eps, rms, zero_centered_gamma)
 
 
 def attention(
@@ -420,9 +430,9 @@ class TELayerNormColumnParallelLinear(TEColumnParallelLinear):
                 param.sequence_parallel = config.sequence_parallel  # type: ignore[attr-defined]  # megatron's parameter mark
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        normed = norm(
-            x, self.layer_norm_weight, self.layer_norm_bias, self.norm_eps, self.norm_rms, self.zero_centered_gamma,
-            consumer=self,
+        normed = linear_input_norm(
+            self, x, self.layer_norm_weight, self.layer_norm_bias, self.norm_eps, self.norm_rms,
+            self.zero_centered_gamma,
         )  # fmt: skip
         return super().forward(normed)
 
