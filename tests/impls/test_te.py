@@ -200,6 +200,58 @@ def test_te_spec_module_tree_checkpoints_moe_mla() -> None:
     assert r["fp8"].startswith("TEFeatureError:") and "fp8='hybrid' needs Transformer Engine" in r["fp8"]
 
 
+_PLUGIN_NORM = """
+import json, logging, os, torch
+import torch.nn.functional as F
+import fl_patch
+
+calls = []
+
+def my_norm(x, weight, bias, eps, rms, zero_centered_gamma):  # the signature te.modules.norm has always had
+    calls.append(tuple(x.shape))
+    gamma = weight + 1 if zero_centered_gamma else weight
+    return F.rms_norm(x, (x.shape[-1],), gamma, eps) if rms else F.layer_norm(x, (x.shape[-1],), gamma, bias, eps)
+
+records = []
+handler = logging.Handler()
+handler.emit = records.append
+logging.getLogger("fl_patch").addHandler(handler)
+fl_patch.register(target="fl_patch.impls.te.modules.norm", impl=my_norm, vendor="myvendor")
+fl_patch.install()
+torch.distributed.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"], rank=0, world_size=1)
+from megatron.core import parallel_state
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+from megatron.core.models.gpt.gpt_model import GPTModel
+from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+parallel_state.initialize_model_parallel(1, 1)
+model_parallel_cuda_manual_seed(1)
+config = TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=128,
+                           normalization="RMSNorm", use_cpu_initialization=True, hidden_dropout=0.0,
+                           attention_dropout=0.0)
+model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_with_transformer_engine_spec(), vocab_size=128,
+                 max_sequence_length=16)
+tokens = torch.randint(0, 128, (2, 16))
+model(tokens, torch.arange(16).expand(2, 16), None).sum().backward()
+print(json.dumps({"calls": len(calls), "problems": [r.getMessage() for r in records if r.levelno >= logging.WARNING
+                                                    and "norm" in r.getMessage()]}))
+"""
+
+
+def test_a_plugins_own_norm_takes_the_layer_norm_linears_calls() -> None:
+    """A plugin's ``te.modules.norm`` with the signature it has always had is accepted without a word and runs for
+    every norm of the TE spec: the two ``TELayerNormColumnParallelLinear`` of each layer (which normalize through
+    ``linear_input_norm``, the hook the GPU pack's fp8 replaces) and the final norm."""
+    env = clean_env(MG_FL_PREFER="myvendor", PORT=_port())
+    proc = subprocess.run(
+        [sys.executable, "-c", _PLUGIN_NORM], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"calls": 2 * 2 + 1, "problems": []}, (out, proc.stderr[-3000:])
+
+
 _NEEDS_MEGATRON_LM = pytest.mark.skipif(
     not (MEGATRON_LM / "pretrain_gpt.py").is_file(),
     reason="set MEGATRON_LM to a Megatron-LM checkout (core_v0.19.0) to run pretrain_gpt.py",
