@@ -32,11 +32,11 @@ def test_registry_imports_no_torch_triton_flag_gems_or_megatron(run_python) -> N
         "('torch', 'triton', 'flag_gems', 'megatron')), 'n': len(RUNTIME.registry.registrations())}))"
     )
     out = json.loads(run_python("-c", code).stdout)
-    # 9 op patches, 1 created name, 4 optimizer patches; 18 for the TE spec on the kernels and fp8 (no TE here),
+    # 9 op patches, 1 created name, 4 optimizer patches; 19 for the TE spec on the kernels and fp8 (no TE here),
     # 2 for TE's fused RoPE (apply_rope_fusion=True);
     # the shared packs for vendor flaggems: te 58, without_te 5 (the distributed optimizer's 3, wgrad fusion's 2);
     # the wheel's compile_helpers (pretrain_gpt.py exits at start-up without it on a GPU machine too)
-    assert out == {"heavy": [], "n": 9 + 1 + 4 + 18 + 2 + 58 + 5 + 1}
+    assert out == {"heavy": [], "n": 9 + 1 + 4 + 19 + 2 + 58 + 5 + 1}
 
 
 def test_flaggems_first_then_the_detected_platform() -> None:

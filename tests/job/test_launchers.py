@@ -115,14 +115,16 @@ def test_torchrun_max_restarts_the_restarted_workers_are_patched_again(tmp_path:
 
 
 def _two_nodes(
-    tmp_path: Path, node1_env: dict[str, str], node1_cmd: list[str], report: bool = False
+    tmp_path: Path, node1_env: dict[str, str], node1_cmd: list[str], report: bool = False, check_timeout: int = 15
 ) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """Two torchrun nodes of one rank each; node 0 under fl_patch, waiting ``check_timeout`` s for the rank check (it
+    starts once both ranks are in the process group: what the wait covers is the other node reaching the check)."""
     port = _free_port()
     rdzv = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"]
     rdzv += ["--rdzv-id", f"job46-{port}", "--max-restarts", "0"]
     node0 = [*FL_PATCH, *(["--report"] if report else []), *TORCHRUN, *rdzv, "--node-rank", "0", str(WORKER)]
     node1 = [*node1_cmd, *TORCHRUN, *rdzv, "--node-rank", "1", str(WORKER)]
-    env0 = _env(FL_PATCH_RANK_CHECK_TIMEOUT="15")
+    env0 = _env(FL_PATCH_RANK_CHECK_TIMEOUT=str(check_timeout))
     first = subprocess.Popen(node0, env=env0, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1.0)  # node 0 hosts the rendezvous store
     second = subprocess.Popen(
@@ -152,11 +154,12 @@ def test_a_node_whose_environment_lacks_fl_patch_is_named_and_the_job_stops(tmp_
     # Node 1: no bootstrap on PYTHONPATH, no fl_patch variables; Triton there, so upstream megatron imports (a GPU node).
     env1 = {k: v for k, v in _env().items() if not k.startswith("FL_PATCH")}
     env1["PYTHONPATH"] = os.pathsep.join([str(TRITON_CPU), str(JOB), str(REPO / "src")])
-    node0, node1 = _two_nodes(tmp_path, env1, [sys.executable])  # plain python -m torch.distributed.run
+    # plain python -m torch.distributed.run: node 1 never takes part, so node 0 waits out its whole timeout
+    node0, node1 = _two_nodes(tmp_path, env1, [sys.executable], check_timeout=6)
     seen = _seen(node0) + "\n=== node 1\n" + _seen(node1)
     assert node0.returncode != 0 and _jobs(node0.stdout) == [], seen
     assert (
-        "rank 1 of the process group 'default' (2 ranks) did not take part in fl_patch's rank check within 15 s"
+        "rank 1 of the process group 'default' (2 ranks) did not take part in fl_patch's rank check within 6 s"
         in node0.stderr
     ), seen
     assert "fl_patch is not active there" in node0.stderr, seen
