@@ -359,6 +359,40 @@ def test_a_kernels_variant_runs_at_the_pick_launch_would_use(run_python, tmp_pat
     assert out == {"first": None, "after": True, "borrowed": True, "spent": True, "off": True}, out
 
 
+_SEEDS_SNIPPET = """
+import glob, importlib, json, os, pkgutil
+import fl_patch.impls.flaggems.kernels as kernels
+from fl_patch.impls.flaggems.kernels import TuneStore
+
+current = {}
+for info in pkgutil.iter_modules(kernels.__path__):
+    module = importlib.import_module(f"{kernels.__name__}.{info.name}")
+    for name, obj in vars(module).items():
+        if hasattr(obj, "configs") and hasattr(obj, "keys") and hasattr(obj, "fn"):  # a triton autotuner
+            current[TuneStore.kernel_id(obj)] = f"{info.name}.{name}"
+seeds = {}
+folder = os.path.join(os.path.dirname(kernels.__file__), "..", "tuned")
+for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+    seeds[os.path.basename(path)] = sorted(json.load(open(path)))
+print(json.dumps({"current": current, "seeds": seeds}))
+"""
+
+
+def test_every_shipped_seed_names_a_kernel_as_it_is_now(run_python) -> None:
+    """The tuning seeds (``flaggems/tuned/*.json``) are keyed by each kernel's source and config list: a kernel whose
+    source changed is tuned again from nothing on every new machine, its seed silently dead (the SwiGLU kernels'
+    were, after a refactor that changed no compiled code: 14 configs tuned on an H100's first step). Every entry of
+    every shipped seed file must name an autotuned kernel of the pack as it is now; a change to a seeded kernel
+    re-keys its entries (same compiled code) or re-tunes them on a GPU."""
+    proc = run_python("-c", _SEEDS_SNIPPET, env=triton_env(interpret=False), check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["seeds"], "no seed file shipped"
+    for file, kernel_ids in out["seeds"].items():
+        stale = [k for k in kernel_ids if k not in out["current"]]
+        assert not stale, (file, stale, sorted(out["current"].values()))
+
+
 def test_moe_permutation_kernels_inside_real_megatron_core(run_python) -> None:
     """--moe-permute-fusion under MG_FL_PREFER=flaggems: megatron's fused permute/unpermute move the tokens on the
     pack's kernels (counted, no fallback) and give megatron's unfused results on generated routings; a MoE GPT
