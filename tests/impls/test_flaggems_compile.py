@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(
 
 LAUNCHED_KERNELS = {
     "_attn_fwd", "_attn_bwd_delta", "_attn_bwd_dq", "_attn_bwd_dkdv", "_ce_fwd", "_ce_bwd", "_ce_fwd_partial",
-    "_rms_fwd", "_rms_bwd", "_ln_fwd", "_ln_bwd", "_rms_fwd_amax", "_ln_fwd_amax", "_sum_parts", "_softmax_fwd", "_softmax_bwd",
+    "_rms_fwd", "_rms_bwd", "_ln_fwd", "_ln_bwd", "_sum_parts", "_softmax_fwd", "_softmax_bwd",
     "_swiglu_fwd", "_swiglu_bwd", "_rope", "_qkv_rope_fwd", "_qkv_rope_bwd",
     "_scatter_rows", "_gather_rows", "_weight_grad", "_map_columns", "_map_rows", "_sort_chunks",
     "_amax_kernel", "_cast_kernel", "_cast_1x128_kernel", "_cast_128x128_kernel", "_swiglu_fp8_fwd", "_swiglu_fp8_bwd",

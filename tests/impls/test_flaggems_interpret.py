@@ -316,49 +316,6 @@ def test_an_unseen_shape_borrows_the_nearest_measured_pick_instead_of_tuning(run
     }  # fmt: skip
 
 
-_PICKED_SNIPPET = """
-import json, os, torch
-from fl_patch.impls.flaggems import kernels
-from fl_patch.impls.flaggems.kernels import TuneStore, autotune_key, norms, picked
-
-real = norms._RMS_FWD  # the plain norm's tuner, whose pick its amax variant runs at
-kernels.TUNE_STORE = TuneStore("Some GPU-sm99-triton3.6.0")  # no seeds for this family; the store is empty
-real.cache.clear()
-default = {"BLOCK_M": 4, "num_warps": 4}
-
-def call(rows, dtype=torch.bfloat16):
-    x = torch.empty(rows, 2048, dtype=dtype)
-    return (x, x[0], x, torch.empty(rows), rows, 2048, 2048, 2048, 1e-5, rows), {"BLOCK_N": 2048}
-
-meta = lambda c: {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}
-args, kw = call(4096)
-first = picked(real, default, *args, **kw)  # nothing stored or tuned: launch would tune now
-real.cache[autotune_key(real, args, kw)] = real.configs[5]  # what launch's tuning would leave
-after = picked(real, default, *args, **kw)
-args2, kw2 = call(8192)
-borrowed = picked(real, default, *args2, **kw2)  # an unseen shape of the same form: the nearest pick
-kernels.TUNE_BUDGET.spent = 1e9  # no budget left: launch runs the fixed config, so does the variant
-args3, kw3 = call(4096, torch.float16)
-spent = picked(real, default, *args3, **kw3)
-os.environ["FL_GEMS_AUTOTUNE"] = "0"
-kernels.reload_settings()
-off = picked(real, default, *args, **kw)
-print(json.dumps({"first": first, "after": after == meta(real.configs[5]), "borrowed": borrowed == after,
-                  "spent": spent == default, "off": off == default}))
-"""
-
-
-def test_a_kernels_variant_runs_at_the_pick_launch_would_use(run_python, tmp_path) -> None:
-    """``kernels.picked``, which the norms' amax variants launch with: None while launch would still tune the
-    plain kernel (the caller launches it once), then its pick; an unseen shape the nearest pick, as launch
-    borrows it; the fixed config where launch would not tune (budget spent, autotuning off)."""
-    env = triton_env(interpret=False, FL_GEMS_CACHE_DIR=str(tmp_path), FL_GEMS_AUTOTUNE_SEED="0")
-    proc = run_python("-c", _PICKED_SNIPPET, env=env, check=False, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out == {"first": None, "after": True, "borrowed": True, "spent": True, "off": True}, out
-
-
 _SEEDS_SNIPPET = """
 import glob, importlib, json, os, pkgutil
 import fl_patch.impls.flaggems.kernels as kernels

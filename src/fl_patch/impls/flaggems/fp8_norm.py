@@ -10,11 +10,12 @@ linear's amax pass over the tensor goes (the SwiGLU kernels do the same for the 
 How: the pack replaces ``te.modules.linear_input_norm``, the norm ``TELayerNormColumnParallelLinear`` calls with
 itself as the linear the result feeds (not ``te.modules.norm``, whose signature a plugin's own norm keeps). Where that
 linear runs its GEMMs in fp8 under ``tensorwise`` in this region, at sizes the fp8 GEMMs take, with the pack's own
-norm kernels (``FL_GEMS_BACKEND`` not sending norms to FlagGems) taking the call, the norm runs on its amax variant
-(``kernels/norms.py``, ``_rms_fwd_amax`` / ``_ln_fwd_amax``, at the plain kernel's tuned pick) and offers the amax to
-the linear (:meth:`~.fp8.LinearFp8.offer`); any other call goes to ``te.modules.norm`` as installed. The linear takes it only for the very tensor it was made from (address, shape,
-strides, version), else casts as before; the bytes are the same either way (the amax is taken from the values as
-stored; checked bit for bit in the interpreter on megatron's TE-spec GPT: ``tests/impls/test_flaggems_fp8.py``).
+norm kernels (``FL_GEMS_BACKEND`` not sending norms to FlagGems) taking the call, the norm kernel also takes the amax
+of what it writes (``kernels/norms.py``, ``HAS_AMAX``) and offers it to the linear (:meth:`~.fp8.LinearFp8.offer`);
+any other call goes to ``te.modules.norm`` as installed. The linear takes the offer only for the very tensor it was
+made from (address, shape, strides, version), else casts as before; the bytes are the same either way (the amax is
+taken from the values as stored; checked bit for bit in the interpreter on megatron's TE-spec GPT:
+``tests/impls/test_flaggems_fp8.py``).
 
 Not served, and why: ``delayed`` (the scale is known beforehand, so the norm could write the fp8 copy itself, but the
 linear's weight-gradient GEMM also needs the copy transposed, which a kernel holding whole rows writes a few bytes at
@@ -27,6 +28,7 @@ When to drop: TransformerEngine (or TE-FL) installed; none of the pack's fp8 is 
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -35,6 +37,8 @@ from .fp8 import LinearFp8, active_recipe
 from .te import norm_reason
 
 __all__ = ["ENABLED", "linear_input_norm", "norm_casting"]
+
+_TE_MODULES = "fl_patch.impls.te.modules"
 
 # decided once at import (the bench's control sets it in the environment; the tests set the attribute)
 ENABLED = os.environ.get("FL_GEMS_FP8_NORM_CAST", "1") != "0"
@@ -90,6 +94,5 @@ def linear_input_norm(
         made = norm_casting(linear, x, gamma, bias, eps, rms)
         if made is not None:
             return made
-    from fl_patch.impls.te import modules
-
-    return modules.norm(x, weight, bias, eps, rms, zero_centered_gamma)
+    # the caller's module (loaded: it called this); looked up per call, as its own call of norm would be
+    return sys.modules[_TE_MODULES].norm(x, weight, bias, eps, rms, zero_centered_gamma)

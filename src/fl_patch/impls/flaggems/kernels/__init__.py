@@ -51,7 +51,6 @@ __all__ = [
     "launch",
     "multiprocessors",
     "next_power_of_2",
-    "picked",
     "reload_settings",
     "rows",
     "run",
@@ -296,26 +295,6 @@ def launch(
         constexprs = {k: v for k, v in {**kwargs, **meta}.items() if k not in _OPTIONS}
         _remember(site, compiled, kernel, len(args), constexprs, meta)
     return meta
-
-
-def picked(tuned: Any, default: dict, *args: object, **kwargs: object) -> dict | None:
-    """The meta-parameters :func:`launch` runs ``tuned`` with for a call of these arguments, without launching: the
-    fixed config where it would not tune, the stored, borrowed or tuned pick where one exists; None where it would
-    tune now (no pick yet: the caller runs ``launch`` once, which tunes).
-
-    Why: a variant of a tuned kernel (the norms that also take their output's amax, ``norms.py``) runs at the pick of
-    the kernel it varies, not tuned itself: the variant's own tuning would cost a cold start its budget again, and
-    a tuning store keyed by the plain kernel's source keeps its seeds."""
-    settings = SETTINGS
-    if tuned is None or not settings.autotune or deterministic():
-        return default
-    TUNE_STORE.load(tuned)
-    if not settings.tune_unseen:
-        TUNE_STORE.borrow_nearest(tuned, args, kwargs)
-    config = tuned.cache.get(autotune_key(tuned, args, kwargs))
-    if config is not None:
-        return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
-    return None if TUNE_BUDGET.allows(tuned, args, kwargs, settings.tune_budget_s) else default
 
 
 # ------------------------------------------------------------------------- the tuning budget

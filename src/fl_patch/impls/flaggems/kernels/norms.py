@@ -6,7 +6,9 @@ rstd in the input dtype (bf16 statistics); its ``rms_norm`` family was seen givi
 wrong gradients for a non-contiguous ``dy``. Megatron's norms see [s, b, h] input.
 
 How: forward, one program normalizes ``BLOCK_M`` rows held whole in registers
-(hidden sizes up to ``MAX_WIDTH``), and saves fp32 rstd (and mean). Backward, a
+(hidden sizes up to ``MAX_WIDTH``), and saves fp32 rstd (and mean); given an ``amax`` slot
+(``HAS_AMAX``), it also ``atomic_max``-es max |y| of what it stores, for the fp8 cast of y
+(``fp8_norm.py``: the cast then skips its amax pass; a constexpr, so the plain norm compiles as before). Backward, a
 persistent grid (``PPS`` programs per multiprocessor): each program strides over
 row tiles, loading the next tile before working on this one (so a load's latency
 overlaps the arithmetic), writes dx for each and accumulates its share of dw (and
@@ -27,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import cdiv, graph_timed, launch, multiprocessors, next_power_of_2, picked, rows, run
+from . import cdiv, graph_timed, launch, multiprocessors, next_power_of_2, rows, run
 
 __all__ = ["MAX_WIDTH", "LayerNormFunction", "RMSNormFunction", "layer_norm", "rms_norm"]
 
@@ -66,8 +68,8 @@ _MAX_PPS = 4
 
 @triton.jit
 def _rms_fwd(
-    X, W, Y, RSTD, M, N, stride_x, stride_y, eps, M_BUCKET,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    X, W, Y, RSTD, M, N, stride_x, stride_y, eps, M_BUCKET, AMAX,
+    HAS_AMAX: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     rows_ = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
@@ -78,9 +80,11 @@ def _rms_fwd(
     x = tl.load(X + r64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
     w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
-    y = x * rstd[:, None] * w[None, :]
-    tl.store(Y + r64[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    y = (x * rstd[:, None] * w[None, :]).to(Y.dtype.element_ty)
+    tl.store(Y + r64[:, None] * stride_y + cols[None, :], y, mask=mask)
     tl.store(RSTD + rows_, rstd, mask=rmask)
+    if HAS_AMAX:  # max |y| of the values as stored, for an fp8 cast of y (fp8_norm.py); masked lanes hold 0
+        tl.atomic_max(AMAX, tl.max(tl.max(tl.where(mask, tl.abs(y.to(tl.float32)), 0.0), axis=1), axis=0))
 
 
 @triton.jit
@@ -128,57 +132,8 @@ def _rms_bwd(
 
 @triton.jit
 def _ln_fwd(
-    X, W, B, Y, MEAN, RSTD, M, N, stride_x, stride_y, eps, M_BUCKET,
-    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
-    rows_ = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    rmask = rows_ < M
-    cmask = cols < N
-    mask = rmask[:, None] & cmask[None, :]
-    r64 = rows_.to(tl.int64)
-    x = tl.load(X + r64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    mean = tl.sum(x, axis=1) / N
-    xc = tl.where(mask, x - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / N + eps)
-    w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
-    y = xc * rstd[:, None] * w[None, :]
-    if HAS_BIAS:
-        y += tl.load(B + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
-    tl.store(Y + r64[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
-    tl.store(MEAN + rows_, mean, mask=rmask)
-    tl.store(RSTD + rows_, rstd, mask=rmask)
-
-
-# The forward kernels again, each also taking max |y| of what it writes (``atomic_max`` into ``AMAX``): the cast of y
-# for an fp8 GEMM then skips its amax pass (``fp8_norm.py``). Their own kernels, not a flag on the plain ones: a
-# kernel's source is its key in the tuning store (``TuneStore.kernel_id``), so the plain kernels keep their stored
-# and shipped picks, and these run at the plain kernel's pick for the same call (``picked``), never tuned apart.
-@triton.jit
-def _rms_fwd_amax(
-    X, W, Y, RSTD, M, N, stride_x, stride_y, eps, M_BUCKET, AMAX,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
-    rows_ = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    rmask = rows_ < M
-    cmask = cols < N
-    mask = rmask[:, None] & cmask[None, :]
-    r64 = rows_.to(tl.int64)
-    x = tl.load(X + r64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
-    w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
-    y = (x * rstd[:, None] * w[None, :]).to(Y.dtype.element_ty)
-    tl.store(Y + r64[:, None] * stride_y + cols[None, :], y, mask=mask)
-    tl.store(RSTD + rows_, rstd, mask=rmask)
-    # the amax of the values as stored (a cast reading Y reads those); masked lanes hold 0
-    tl.atomic_max(AMAX, tl.max(tl.max(tl.where(mask, tl.abs(y.to(tl.float32)), 0.0), axis=1), axis=0))
-
-
-@triton.jit
-def _ln_fwd_amax(
     X, W, B, Y, MEAN, RSTD, M, N, stride_x, stride_y, eps, M_BUCKET, AMAX,
-    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_AMAX: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     rows_ = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
@@ -198,7 +153,8 @@ def _ln_fwd_amax(
     tl.store(Y + r64[:, None] * stride_y + cols[None, :], yo, mask=mask)
     tl.store(MEAN + rows_, mean, mask=rmask)
     tl.store(RSTD + rows_, rstd, mask=rmask)
-    tl.atomic_max(AMAX, tl.max(tl.max(tl.where(mask, tl.abs(yo.to(tl.float32)), 0.0), axis=1), axis=0))
+    if HAS_AMAX:  # as in _rms_fwd
+        tl.atomic_max(AMAX, tl.max(tl.max(tl.where(mask, tl.abs(yo.to(tl.float32)), 0.0), axis=1), axis=0))
 
 
 @triton.jit
@@ -324,26 +280,6 @@ _LN_BWD = triton.autotune(
 )(_ln_bwd)
 
 
-def _forward(
-    kernel: Any, tuned: Any, with_amax: Any, y: torch.Tensor, amax: torch.Tensor | None, *args: object, **kwargs: object
-) -> None:
-    """One forward launch: ``kernel`` (autotuned by ``tuned``), or with ``amax`` its variant ``with_amax`` at the pick
-    ``kernel`` has for this call. Where no pick exists yet (the first call of a shape that tunes), the plain launch
-    tunes and the amax is taken by the cast kernels' amax pass this once. ``y``: the output (in ``args``), [m, n]."""
-    m, n = y.shape
-    if amax is None:
-        launch(kernel, tuned, lambda meta: (cdiv(m, meta["BLOCK_M"]),), _fwd_default(n), *args, **kwargs)
-        return
-    meta = picked(tuned, _fwd_default(n), *args, **kwargs)
-    if meta is None:
-        launch(kernel, tuned, lambda meta: (cdiv(m, meta["BLOCK_M"]),), _fwd_default(n), *args, **kwargs)
-        from .fp8_cast import amax as amax_pass
-
-        amax_pass(y, amax)
-        return
-    launch(with_amax, None, lambda meta: (cdiv(m, meta["BLOCK_M"]),), meta, *args, amax, **kwargs)
-
-
 class RMSNormFunction(torch.autograd.Function):
     """y = x / sqrt(mean(x^2) + eps) * w over the last dimension; any leading shape and strides."""
 
@@ -358,9 +294,10 @@ class RMSNormFunction(torch.autograd.Function):
         rstd = torch.empty(m, dtype=torch.float32, device=x.device)
         block_n = next_power_of_2(n)
         if m > 0:
-            _forward(
-                _rms_fwd, _RMS_FWD, _rms_fwd_amax, y.view(m, n), amax,
-                x2, weight, y, rstd, m, n, x2.stride(0), n, eps, _bucket(m), BLOCK_N=block_n,
+            launch(
+                _rms_fwd, _RMS_FWD, lambda meta: (cdiv(m, meta["BLOCK_M"]),), _fwd_default(n),
+                x2, weight, y, rstd, m, n, x2.stride(0), n, eps, _bucket(m), rstd if amax is None else amax,
+                HAS_AMAX=amax is not None, BLOCK_N=block_n,
             )  # fmt: skip
         ctx.save_for_backward(x2, weight, rstd)
         ctx.x_shape = x.shape
@@ -407,10 +344,11 @@ class LayerNormFunction(torch.autograd.Function):
         mean = torch.empty(m, dtype=torch.float32, device=x.device)
         rstd = torch.empty(m, dtype=torch.float32, device=x.device)
         if m > 0:
-            _forward(
-                _ln_fwd, _LN_FWD, _ln_fwd_amax, y.view(m, n), amax,
+            launch(
+                _ln_fwd, _LN_FWD, lambda meta: (cdiv(m, meta["BLOCK_M"]),), _fwd_default(n),
                 x2, weight, bias if bias is not None else weight, y, mean, rstd, m, n, x2.stride(0), n, eps,
-                _bucket(m), HAS_BIAS=bias is not None, BLOCK_N=next_power_of_2(n),
+                _bucket(m), rstd if amax is None else amax, HAS_BIAS=bias is not None, HAS_AMAX=amax is not None,
+                BLOCK_N=next_power_of_2(n),
             )  # fmt: skip
         ctx.save_for_backward(x2, weight, mean, rstd)
         ctx.x_shape = x.shape
