@@ -149,3 +149,29 @@ def test_list_shows_every_registration_without_importing_megatron() -> None:
     assert lines[at + 1].split() == ["*", "default", "waiting", "act_check_impls.greet_ok"]
     assert "3 registration(s) for 3 target(s)" in text
     assert max(len(line) for line in lines) < 120
+
+
+def test_a_target_that_names_a_re_export_is_said_with_the_target_that_reaches_megatrons_callers() -> None:
+    """rotary_pos_embedding.apply_rotary_pos_emb is rope_utils' function: patching that name leaves attention.py's
+    (imported from rope_utils) upstream's, so the plugin's row warns and names the defining target. A re-export
+    registered together with its home, and a method of a class named where it is re-exported (the class is shared),
+    are deliberate and say nothing; a shipped pack's deliberate one (the fp8 config gate) is a note, not a warning."""
+    proc = fl_patch("--check", "--json", FL_PATCH_REGISTRY="act_check_reexport", FL_PATCH_PACKS="flaggems")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    found = verdicts(proc.stdout)
+    rope = found[("megatron.core.models.common.embeddings.rotary_pos_embedding.apply_rotary_pos_emb", "default")]
+    assert rope["level"] == "warning" and rope["engine_status"] == "applied", rope
+    [message] = [f["message"] for f in rope["findings"] if f["level"] == "warning"]
+    home = "megatron.core.models.common.embeddings.rope_utils.apply_rotary_pos_emb"
+    assert message.startswith(f"a re-export of {home}: ") and message.endswith(f"To reach them, target {home}")
+    for target in (
+        "megatron.core.tensor_parallel.vocab_parallel_cross_entropy",
+        "megatron.core.tensor_parallel.cross_entropy.vocab_parallel_cross_entropy",
+        "megatron.core.models.gpt.GPTModel.set_input_tensor",
+    ):
+        assert found[(target, "default")]["level"] == "ok", found[(target, "default")]
+        assert not found[(target, "default")]["findings"], found[(target, "default")]
+    gate = found[("megatron.core.transformer.transformer_config.is_te_min_version", "flaggems")]
+    notes = [f["message"] for f in gate["findings"] if f["level"] == "note"]
+    assert any(m.startswith("a re-export of megatron.core.utils.is_te_min_version") for m in notes), gate
+    assert not [f for f in gate["findings"] if f["level"] != "note" and "re-export" in f["message"]], gate

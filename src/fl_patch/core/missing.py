@@ -22,6 +22,11 @@ few, and each is told apart here from the module itself and its source:
   (``mock_stand_in``).
 - **renamed**: a close name exists in the module or the class (``difflib``); reported,
   never patched, because a renamed API usually changed in other ways too.
+- **a re-export**: the name is there, but bound to a function or class another megatron module
+  defines (``rotary_pos_embedding.apply_rotary_pos_emb`` is ``rope_utils``'s). Patching it changes
+  that one name: megatron's own callers import it from where it is defined and keep upstream's
+  (the engine rebinds a replaced object's other names only when the target is its home). Found,
+  patched as registered, and said, with the defining target (``reexported_from``).
 
 Source is read with ``ast`` from the module's file, once per file.
 """
@@ -41,6 +46,7 @@ __all__ = [
     "dependency_guard",
     "locate",
     "mock_stand_in",
+    "reexported_from",
     "resolve_key_form",
     "strip_repeated_module_name",
     "unusable",
@@ -148,6 +154,27 @@ def mock_stand_in(raw: object) -> bool:
     """
     mock = sys.modules.get("unittest.mock")
     return mock is not None and isinstance(raw, mock.NonCallableMock)
+
+
+def reexported_from(module: types.ModuleType, attr_path: tuple[str, ...], resolved: Resolved) -> str | None:
+    """The defining target of a module-level function or class another megatron module defines, else None.
+
+    Only where the defining module binds the same object under the same name (that target reaches
+    megatron's callers). A method of a re-exported class is not one: the class object is shared, so
+    patching its method reaches every caller wherever the class is named.
+    """
+    if len(attr_path) != 1 or not resolved.exists or not isinstance(resolved.holder, types.ModuleType):
+        return None
+    raw = resolved.raw
+    if not isinstance(raw, (types.FunctionType, type)):
+        return None
+    home = getattr(raw, "__module__", None)
+    if not isinstance(home, str) or home == module.__name__ or not home.startswith("megatron."):
+        return None
+    defining = sys.modules.get(home)
+    if defining is None or vars(defining).get(attr_path[0]) is not raw:
+        return None
+    return f"{home}.{attr_path[0]}"
 
 
 def upstream_mock(resolved: Resolved) -> str | None:

@@ -45,7 +45,15 @@ from fl_patch.core.errors import FlPatchWarning
 from fl_patch.core.kinds import fits as _fits
 from fl_patch.core.kinds import prefixed, read_signature
 from fl_patch.core.located import users_line
-from fl_patch.core.missing import locate, mock_stand_in, names_lacking, unusable, upstream_mock, upstream_none
+from fl_patch.core.missing import (
+    locate,
+    mock_stand_in,
+    names_lacking,
+    reexported_from,
+    unusable,
+    upstream_mock,
+    upstream_none,
+)
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.registration import Registration
 from fl_patch.core.resolve import Kind, Resolved, load_impl, owned_path
@@ -241,8 +249,9 @@ def check(*, activation: bool = True) -> CheckReport:
         # A vendor named by mistake (MG_FL_PREFER=cpuu) was said to be ignored: not one "here".
         vendors = tuple(v for v in RUNTIME.engine.vendors() if v not in RUNTIME.vendor_typos)
     _activation.uninstall()  # every original back: compare against upstream, not the patch
+    registered = frozenset((owner_of(r.source), r.target) for r in registrations)  # (whose, target)
     results = [
-        _check_one(r, owners[r.target], impls[id(r)], records.get((r.target, r.vendor)), vendors)
+        _check_one(r, owners[r.target], impls[id(r)], records.get((r.target, r.vendor)), vendors, registered)
         if r.for_this_version()
         else _not_for_version(r, records.get((r.target, r.vendor)))
         for r in registrations
@@ -413,6 +422,7 @@ def _check_one(
     loaded: tuple[object, BaseException | None],
     record: PatchRecord | None,
     vendors: tuple[str, ...],
+    registered: frozenset[tuple[str, str]],
 ) -> CheckResult:
     result = _result(registration, record)
     version = megatron_core_version()
@@ -441,6 +451,9 @@ def _check_one(
             filled = upstream_none(owner.module, attr_path, resolved)  # type: ignore[arg-type]
             if filled is not None:
                 findings.append(Finding("note", filled))  # ok: what a vendor fills in (the engine's record too)
+            home = reexported_from(owner.module, attr_path, resolved)  # type: ignore[arg-type]
+            if home is not None and (owner_of(registration.source), home) not in registered:
+                findings.append(_reexport_finding(registration, home))
             mocked = upstream_mock(resolved)
             if mocked is not None:
                 findings.append(Finding("note", mocked))  # ok: replaced as the engine does, without a fit check
@@ -493,6 +506,22 @@ def _check_one(
         if not any(f.level == "error" for f in findings):
             findings.append(Finding("error", f"the engine reports {record.status.value}: {record.detail}"))
     return result
+
+
+def _reexport_finding(registration: Registration, home: str) -> Finding:
+    """A target that names another module's function or class, when its home is not registered too.
+
+    Patching it changes that one name; megatron's modules that import it from its home keep upstream's. A
+    plugin's own row says so as a warning; a shipped pack's patches such names on purpose, so there it is a
+    note (``--all`` shows it). The same owner registering the home as well is the deliberate form: nothing is said.
+    """
+    module = home.rpartition(".")[0]
+    level = "warning" if owner_of(registration.source) == NOT_IN_A_PACK else "note"
+    return Finding(
+        level,
+        f"a re-export of {home}: patching {registration.target} changes that name only, and megatron's modules "
+        f"that import it from {module} keep upstream's. To reach them, target {home}",
+    )
 
 
 def _lacks_receiver(target: str, resolved: Resolved, impl: object) -> Finding | None:
