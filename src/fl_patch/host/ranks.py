@@ -14,9 +14,17 @@ exit report imports it at interpreter exit.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
-__all__ = ["LOCAL_RANK_VARIABLES", "RANK_VARIABLES", "WORLD_VARIABLES", "RankInfo", "process_rank"]
+__all__ = [
+    "LOCAL_RANK_VARIABLES",
+    "RANK_VARIABLES",
+    "WORLD_VARIABLES",
+    "RankInfo",
+    "is_elastic_agent",
+    "process_rank",
+]
 
 # (rank variable, its world-size variable), in the order they are asked.
 RANK_VARIABLES: tuple[tuple[str, str], ...] = (
@@ -51,6 +59,16 @@ class RankInfo:
             return ""
         text = f"rank {self.rank}" + (f" of {self.world}" if self.world is not None else "")
         return text + (f" ({self.source})" if self.source not in (None, "RANK") else "")
+
+
+# Loaded by torchrun's agent (``torchrun``, ``python -m torch.distributed.run``, ``torch.distributed.launch``), which
+# starts the ranks and is none of them; a rank imports it only if it runs an agent itself.
+_ELASTIC_AGENT = "torch.distributed.elastic.agent.server.local_elastic_agent"
+
+
+def is_elastic_agent() -> bool:
+    """Whether this process is torchrun's agent: the launcher of a job's local ranks, not a rank."""
+    return _ELASTIC_AGENT in sys.modules and process_rank().rank is None
 
 
 def _integer(value: str | None) -> int | None:

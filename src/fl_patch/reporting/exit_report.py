@@ -309,6 +309,8 @@ def _report_at_exit() -> None:
             _append_json(settings.report_file, records)
         elif RUNTIME.report_sink is not None and RUNTIME.report_sink(records):
             pass  # a rank of a job: rank 0 prints the job's merged report (fl_patch.job.report)
+        elif _idle_launcher(records):
+            pass  # torchrun's agent, which imported nothing it patches: its ranks' report says what ran
         else:
             stream = sys.stderr
             if stream is not None and not stream.closed:
@@ -321,6 +323,15 @@ def _report_at_exit() -> None:
             sys.stderr.write(f"fl_patch: could not write the exit report: {cause}\n")
         except Exception:  # noqa: BLE001
             pass
+
+
+def _idle_launcher(records: list[PatchRecord]) -> bool:
+    """torchrun's agent with nothing applied and no problem: a "0 applied" line after the job's report only misleads."""
+    from fl_patch.host.ranks import is_elastic_agent  # standard library only
+
+    if any(r.status is Status.APPLIED or r.status.is_problem for r in records):
+        return False
+    return is_elastic_agent()
 
 
 # Redaction of the command line kept in the report (the JSON goes to shared storage, CI logs).
