@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import types
 from pathlib import Path
 
 import pytest
 
 from fl_patch.config.settings import Settings, malformed_values, rank_check_mode, rank_check_timeout
 from fl_patch.core.records import PatchRecord, Status
-from fl_patch.host.ranks import process_rank
+from fl_patch.host.ranks import is_elastic_agent, process_rank
 from fl_patch.job import merge as job_merge
 from fl_patch.job.digest import PatchState, impl_file, state_rows
 from fl_patch.job.rank_check import CheckFailed, check_group
@@ -108,6 +109,19 @@ def test_process_rank_reads_each_launchers_variables(environ: dict[str, str], ex
 def test_rank_label_names_the_variable_when_it_is_not_rank() -> None:
     assert process_rank({"SLURM_PROCID": "5", "SLURM_NTASKS": "16"}).label() == "rank 5 of 16 (SLURM_PROCID)"
     assert process_rank({"RANK": "1", "WORLD_SIZE": "2"}).label() == "rank 1 of 2"
+
+
+def test_torchruns_agent_is_told_from_its_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent has loaded torch elastic's agent and has no rank; a rank (RANK set) is a rank even if it has."""
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    agent = "torch.distributed.elastic.agent.server.local_elastic_agent"
+    monkeypatch.delitem(sys.modules, agent, raising=False)
+    assert not is_elastic_agent()
+    monkeypatch.setitem(sys.modules, agent, types.ModuleType(agent))
+    assert is_elastic_agent()
+    monkeypatch.setenv("RANK", "0")
+    assert not is_elastic_agent()
 
 
 # ------------------------------------------------------------------ settings
