@@ -9,6 +9,7 @@ ok with that note, and megatron's DeepEP dispatch manager runs on them, in this 
 from __future__ import annotations
 
 import importlib
+import warnings
 
 import pytest
 import torch
@@ -131,3 +132,40 @@ def test_a_mock_upstream_bound_for_a_missing_package_is_replaced_and_checked_ok(
         assert records["get_vit_layer_with_local_spec"].status is not Status.APPLIED
         fl_patch.uninstall()
         assert isinstance(specs.TEDotProductAttention, mock.NonCallableMock)  # upstream's stand-in is back
+
+
+ROPE_HOME = "megatron.core.models.common.embeddings.rope_utils.apply_rotary_pos_emb"
+ROPE_REEXPORT = "megatron.core.models.common.embeddings.rotary_pos_embedding.apply_rotary_pos_emb"
+
+
+def _rope_impl(*args, **kwargs):
+    return fl_patch.original(ROPE_HOME)(*args, **kwargs)
+
+
+def test_a_plugins_re_export_target_is_patched_and_said_with_its_home(megatron_core, engine) -> None:
+    """rotary_pos_embedding binds rope_utils' function; attention.py imports it from rope_utils. A plugin patching
+    the re-export alone leaves attention's upstream: the engine patches it as registered and says so once, naming
+    the home; registering the home as well (both names) reaches attention and says nothing."""
+    from megatron.core.models.common.embeddings import rope_utils
+    from megatron.core.transformer import attention
+
+    upstream = rope_utils.apply_rotary_pos_emb
+    fl_patch.register(ROPE_REEXPORT, _rope_impl)
+    with pytest.warns(fl_patch.FlPatchWarning) as said:
+        fl_patch.install()
+    messages = [str(w.message) for w in said if "re-export" in str(w.message)]
+    assert messages == [
+        f"fl_patch: {ROPE_REEXPORT} is patched, but it is a re-export of {ROPE_HOME}: megatron's modules that import "
+        f"it from {ROPE_HOME.rpartition('.')[0]} keep upstream's (register {ROPE_HOME} to reach them)"
+    ], messages
+    record = {r.target: r for r in fl_patch.report()}[ROPE_REEXPORT]
+    assert record.status is Status.APPLIED and f"a re-export of {ROPE_HOME}" in record.detail, record.detail
+    assert attention.apply_rotary_pos_emb is upstream  # what the warning is about
+
+    fl_patch.uninstall()
+    fl_patch.register(ROPE_HOME, _rope_impl)  # both names: meant, and reaching megatron's callers
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fl_patch.FlPatchWarning)
+        fl_patch.install()
+    assert attention.apply_rotary_pos_emb is not upstream
+    assert {r.target: r for r in fl_patch.report()}[ROPE_REEXPORT].status is Status.APPLIED

@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection
 
 from fl_patch.core.errors import ImplStillLoading, NotYet, PlatformNotReady, ProblemSink, is_stop_request
 from fl_patch.core.kinds import decide, torchscript_callers
-from fl_patch.core.missing import locate, names_lacking, unusable, upstream_mock, upstream_none
+from fl_patch.core.missing import locate, names_lacking, reexported_from, unusable, upstream_mock, upstream_none
 from fl_patch.core.patch import (
     NO_ORIGINAL,
     AppliedPatch,
@@ -44,7 +44,7 @@ from fl_patch.core.patch import (
 from fl_patch.core.records import Status
 from fl_patch.core.registration import Registration
 from fl_patch.core.registry import Registry
-from fl_patch.core.resolve import Kind, describe, load_impl, resolve_in
+from fl_patch.core.resolve import Kind, Resolved, describe, load_impl, resolve_in
 from fl_patch.core.target import Selection, Target
 from fl_patch.core.vendors import VendorChoice
 
@@ -206,6 +206,14 @@ class Applier:
                 )
                 detail = "; ".join(filter(None, ["applied after import" if late else "", note, adapted, *notes]))
                 target.record_applied(patch, registration, late, detail)
+            home = self._reexport_home(module, attr_path, resolved, registration)
+            if home is not None:  # (outside the lock: the problem may be a strict error)
+                cause = (
+                    f"it is a re-export of {home}: megatron's modules that import it from {home.rpartition('.')[0]} "
+                    f"keep upstream's (register {home} to reach them)"
+                )
+                target.detail = "; ".join(filter(None, [target.detail, cause]))
+                self.problems.problem(f"fl_patch: {target.name} is patched, but {cause}", where=registration.where)
             scripted = torchscript_callers(resolved.raw)
             if scripted:  # (outside the lock: the problem may be a strict error)
                 cause = (
@@ -216,6 +224,21 @@ class Applier:
                 self.problems.problem(f"fl_patch: {target.name} is patched, but {cause}", where=registration.where)
             return patch
         return None
+
+    def _reexport_home(
+        self, module: types.ModuleType, attr_path: tuple[str, ...], resolved: Resolved, registration: Registration
+    ) -> str | None:
+        """The home of a plugin's target that names another megatron module's function or class, else None.
+
+        Patching such a name changes it alone: megatron's callers import it from its home. Said once, as
+        ``--check`` says it; not where the plugin registers the home too (it meant both), nor for a shipped
+        pack's (``fl_patch.impls``: reviewed, deliberate: TE class names bound in each spec module)."""
+        if _shipped(registration):
+            return None
+        home = reexported_from(module, attr_path, resolved)
+        if home is None or any(not _shipped(r) for r in self.registry.registrations(home)):
+            return None
+        return home
 
     def _wrap(self) -> Wrap | None:
         wraps = list(self.wraps)
@@ -346,6 +369,11 @@ class Applier:
             f"(vendor {registration.vendor!r}, registered by {registration.source}): {cause}",
             where=registration.where,
         )
+
+
+def _shipped(registration: Registration) -> bool:
+    """Made by fl_patch itself (a pack's registry, the rank check), not by a plugin."""
+    return registration.source == "fl_patch" or registration.source.startswith("fl_patch.")
 
 
 def _import_impl(registration: Registration) -> object:
