@@ -108,3 +108,23 @@ def test_disable_by_target_or_method_key(engine, monkeypatch, disable: str) -> N
     fl_patch.install()
     (record,) = fl_patch.report()
     assert record.status is Status.DISABLED
+
+
+def test_an_impl_name_with_a_typo_is_refused_with_the_close_name(megatron_core, engine) -> None:
+    """``impl="pkg.mod.get_grad_norm_fp23"``: the error names the module and the name it has that was meant,
+    in both impl forms (``pkg.mod.attr`` and ``pkg.mod:attr``); a name with nothing close gets no guess."""
+    for impl in ("fltest_plugin.impls.get_grad_norm_fp23", "fltest_plugin.impls:get_grad_norm_fp23"):
+        fl_patch.register(TARGET, impl)
+        with pytest.warns(fl_patch.FlPatchWarning) as said:
+            fl_patch.install()
+        [message] = [str(w.message) for w in said if "cannot patch" in str(w.message)]
+        assert (
+            "AttributeError: module fltest_plugin.impls has no attribute 'get_grad_norm_fp23' "
+            "(did you mean 'get_grad_norm_fp32'?)"
+        ) in message, message
+        fl_patch.uninstall()
+    fl_patch.register(TARGET, "fltest_plugin.impls.xyzzy")
+    with pytest.warns(fl_patch.FlPatchWarning) as said:
+        fl_patch.install()
+    [message] = [str(w.message) for w in said if "cannot patch" in str(w.message)]
+    assert "module fltest_plugin.impls has no attribute 'xyzzy'" in message and "did you mean" not in message

@@ -10,6 +10,7 @@ bind it, and re-installing the bound result breaks instance calls or pins ``cls`
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.machinery
 import sys
@@ -162,12 +163,24 @@ def load_impl(impl: object) -> object:
         return _load_impl(impl)
 
 
+def _impl_attribute(obj: object, attr: str, holder: str) -> object:
+    """``getattr(obj, attr)``; missing, an error naming ``holder`` and the closest public name it has (a typo)."""
+    try:
+        return getattr(obj, attr)
+    except AttributeError:
+        pass
+    names = [n for n in dir(obj) if not n.startswith("__")]
+    close = difflib.get_close_matches(attr, names, n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise AttributeError(f"{holder} has no attribute {attr!r}{hint}") from None
+
+
 def _load_impl(impl: str) -> object:
     module_path, attr_path = parse_impl_path(impl)
     if attr_path:
         obj: object = importlib.import_module(module_path)
         for attr in attr_path:
-            obj = getattr(obj, attr)
+            obj = _impl_attribute(obj, attr, describe(obj))
         return obj
     parts = module_path.split(".")
     # The longest importable prefix is the module; the rest are attributes. A
@@ -181,10 +194,9 @@ def _load_impl(impl: str) -> object:
             if exc.name is not None and (candidate == exc.name or candidate.startswith(exc.name + ".")):
                 continue
             raise
+        holder = describe(obj)
         for attr in parts[end:]:
-            try:
-                obj = getattr(obj, attr)
-            except AttributeError:
-                raise AttributeError(f"module {candidate!r} has no attribute {attr!r}") from None
+            obj = _impl_attribute(obj, attr, holder)
+            holder = describe(obj)
         return obj
     raise ModuleNotFoundError(f"no module named {parts[0]!r}", name=parts[0])
