@@ -239,11 +239,12 @@ def parse(argv: Sequence[str], prog: str | None = None) -> Options:
 
 
 def _report_filters(options: Options) -> None:
-    """``--report --all`` / ``--report --only K=V``: the program's report reads them from its environment."""
+    """``--report`` / ``--compare`` with ``--all`` or ``--only K=V``: the program's tables read them from its environment."""
     word = "--only" if options.only else "--all"
-    reporting = ENV.REPORT in options.env or ENV.REPORT_FILE in options.env or os.environ.get(ENV.REPORT)
+    reporting = any(name in options.env or os.environ.get(name) for name in (ENV.REPORT, ENV.COMPARE, ENV.COMPARE_JSON))
+    reporting = reporting or ENV.REPORT_FILE in options.env
     if options.command is not None or not reporting:
-        raise UsageError(f"{word} goes with --list, --check or --report")
+        raise UsageError(f"{word} goes with --list, --check, --report or --compare")
     if options.all:
         options.env[ENV.REPORT_ALL] = "1"
     if options.only:

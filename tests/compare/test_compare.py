@@ -374,6 +374,55 @@ def test_the_whole_run_compare_refuses_bad_usage(words: list[str], cause: str, c
     assert cause in err and "usage: " in err
 
 
+# ------------------------------------------------------------------------------------------- the table
+def _entry(target: str, verdict: str, pack: str, max_rel: float | None = None, reason: str = "") -> dict[str, object]:
+    return {
+        "target": target, "verdict": verdict, "pack": pack, "vendor": "cpu" if pack != "none" else "default",
+        "impl": f"{pack}.impl", "calls": 3 if verdict != "not compared" else 0, "max_abs": max_rel, "max_rel": max_rel,
+        "cosine": 1.0 if max_rel is not None else None, "kind": "function", "worst": "call 1" if max_rel else None,
+        "reason": reason, "shapes": [],
+    }  # fmt: skip
+
+
+ENTRIES = [
+    _entry("megatron.core.transformer.mlp.MLP.forward", "differs", "none", 0.01),
+    _entry("megatron.core.models.common.embeddings.rope_utils.apply_rotary_pos_emb", "match", "none", 0.0),
+    _entry("my_plugin.never", "not compared", "none", reason="never called"),
+    *[_entry(f"megatron.core.cpu_target_{i}", "match", "cpu", 0.0) for i in range(30)],
+    *[_entry(f"torch.cuda_target_{i}", "not compared", "cuda_on_cpu", reason="no tensor") for i in range(40)],
+    _entry("megatron.core.pack_wrong", "differs", "cpu", 0.5),
+]
+
+
+def test_the_table_leads_with_the_plugins_rows_and_gives_each_pack_one_line() -> None:
+    """With 73 pack rows, the plugin's three (a difference, a match, one never called) are on the first screen
+    (24 lines, 100 columns) in full, worst first; a pack's row that differs is shown too; each pack is one line."""
+    from fl_patch.compare.table import format_table
+
+    lines = format_table(ENTRIES, 3, label="test", width=100).splitlines()
+    assert max(len(line) for line in lines) <= 100, lines
+    assert len(lines) <= 24, lines
+    head = next(i for i, line in enumerate(lines) if not line.startswith(("fl_patch compare", "  ")))
+    assert lines[head] == "yours: 1 differs, 1 match, 1 not compared", lines
+    rows = [line.split()[-1] for line in lines if line.startswith(("differs ", "match ", "not compared "))]
+    assert rows[0] == "megatron.core.transformer.mlp.MLP.forward" and rows[2] == "my_plugin.never", lines
+    assert rows[1].startswith("megatron.core.models.common.embeddings."), lines  # (a long path wraps at the width)
+    assert "megatron.core.pack_wrong" in rows and not any("cpu_target" in row for row in rows), lines
+    assert "  cpu          30 match, 1 differs" in lines and "  cuda_on_cpu  40 not compared" in lines, lines
+    everything = format_table(ENTRIES, 3, label="test", width=100, show_all=True)
+    assert "pack cpu: 30 match, 1 differs" in everything and "megatron.core.cpu_target_7" in everything
+    assert "not compared, not listed" not in everything  # (no quiet row: reasons of their own are listed)
+    only = format_table(ENTRIES, 3, label="test", width=100, only=[("pack", "cuda_on_cpu")]).splitlines()
+    assert only[head] == "rows matching --only pack=cuda_on_cpu: 40" and len(only) == head + 2 + 40 * 3, only[:4]
+
+
+def test_all_and_only_go_with_compare_and_reach_the_programs_table() -> None:
+    options = cli.parse(["--compare", "--all", "--only", "pack=none", "x.py"], prog="fl-patch")
+    assert options.env[ENV.REPORT_ALL] == "1" and options.env[ENV.REPORT_ONLY] == "pack=none"
+    settings = Settings.from_environ(options.env)
+    assert settings.report_all and settings.report_only == (("pack", "none"),) and settings.compare_calls == 3
+
+
 # ------------------------------------------------------------------------------------------- the whole-run steps
 MEGATRON_LOG = """\
  [2026-12-05 12:31:25.241627] iteration        1/       3 | consumed samples:            4 | lm loss: 4.894989E+00 | loss scale: 1.0 | grad norm: 1.039 | number of skipped iterations:   0 |

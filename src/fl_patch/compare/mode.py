@@ -28,7 +28,14 @@ def enable(settings: Settings) -> None:
         wrapper.configure(settings.compare_calls)
         engine.add_wrap(wrapper.wrap_function)
         engine.add_class_wrap(wrapper.wrap_class)
-        _STATE.update(calls=settings.compare_calls, json=settings.compare_json, reported=False, on=True)
+        _STATE.update(
+            calls=settings.compare_calls,
+            json=settings.compare_json,
+            reported=False,
+            on=True,
+            show_all=settings.report_all,  # --compare --all / --only: as the exit report's
+            only=tuple(settings.report_only),
+        )
         if not _STATE["registered"]:
             _STATE["registered"] = True
             atexit.register(report_now)
@@ -63,7 +70,9 @@ def report_now() -> None:
             table.write_json(str(_STATE["json"]), table.process_entry(entries, calls))
         stream = sys.stderr
         if stream is not None and not stream.closed:
-            stream.write(table.format_table(entries, calls) + "\n")
+            only = _STATE.get("only") or ()
+            text = table.format_table(entries, calls, show_all=bool(_STATE.get("show_all")), only=only)  # type: ignore[arg-type]
+            stream.write(text + "\n")
             stream.flush()
     except Exception as exc:  # noqa: BLE001  (a report must never turn a clean exit into a failure)
         try:

@@ -9,7 +9,9 @@ A record (``results.TargetResult.as_record`` plus the engine's vendor and impl, 
 
     {"target", "vendor", "impl", "kind", "calls", "calls_seen", "verdict": "match"|"differs"|"not compared",
      "status": "pass"|"warning"|"error"|null, "max_abs", "max_rel", "cosine", "leaves", "worst",
-     "shapes", "reason", "rank"}
+     "shapes", "reason", "rank", "source", "pack"}
+
+``pack``: the shipped pack the registration comes from, ``none`` for the user's (``reporting.layout.owner_of``).
 
 The file gets one line per process, ``{"pid", "rank", "world_size", "program", "compare_calls", "records"}``:
 under torchrun each rank appends its own (one ``write`` each, so lines never interleave), and
@@ -21,14 +23,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 from fl_patch.compare.results import DIFFERS, MATCH, NEVER_CALLED, NOT_COMPARED, RESULTS
+from fl_patch.reporting.layout import NOT_IN_A_PACK, counts_text, matches, owner_of, pack_order, terminal_width, wrap
 
 __all__ = ["format_table", "process_entry", "records", "write_json"]
 
-WIDTH = 120
 _NOTHING_CALLED = ("attribute", "module", "property", "classmethod")
 
 
@@ -45,12 +47,13 @@ def records(engine_records: list[Any] | None = None) -> list[dict[str, object]]:
             continue
         result = RESULTS.by_target.get(record.target)
         entry = result.as_record() if result is not None else _unwrapped(record)
-        entry.update(vendor=record.vendor, impl=record.impl, rank=rank)
+        entry.update(vendor=record.vendor, impl=record.impl, rank=rank, source=record.source)
+        entry["pack"] = owner_of(record.source)
         entry.setdefault("kind", record.kind)
         out[record.target] = entry
     for target, result in list(RESULTS.by_target.items()):
         if target not in out:
-            out[target] = {**result.as_record(), "vendor": None, "impl": None, "rank": rank}
+            out[target] = {**result.as_record(), "vendor": None, "impl": None, "rank": rank, "pack": None}
     return sorted(out.values(), key=_worst_first)
 
 
@@ -109,29 +112,89 @@ def _quiet(entry: dict[str, object]) -> str | None:
     return None
 
 
-def format_table(entries: list[dict[str, object]], calls: int, label: str | None = None) -> str:
-    """The text table: a summary line, then one row per target, worst first, with its impl and reason under it."""
-    shown = [e for e in entries if _quiet(e) is None]
-    quiet: dict[str, int] = {}
-    for e in entries:
-        why = _quiet(e)
-        if why is not None:
-            quiet[why] = quiet.get(why, 0) + 1
+def _pack(entry: dict[str, object]) -> str:
+    pack = entry.get("pack")
+    return pack if isinstance(pack, str) else NOT_IN_A_PACK  # (a target only the wrappers saw: shown as yours)
+
+
+def _field(entry: dict[str, object], key: str) -> str:
+    """``--only``'s fields on a compare row: ``status`` is the verdict."""
+    if key == "pack":
+        return _pack(entry)
+    return str(entry.get("verdict" if key == "status" else key) or "")
+
+
+def format_table(
+    entries: list[dict[str, object]],
+    calls: int,
+    label: str | None = None,
+    *,
+    width: int | None = None,
+    show_all: bool = False,
+    only: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The text table, plugin first: a summary line; the user's rows, every one, worst first, with impl and reason
+    under each; the shipped packs' rows that differ; a line of counts per pack (``show_all``: their rows too, as
+    the user's); ``only``: just the rows that match (``--only``, as the exit report), whoever registered them."""
+    width = width or terminal_width()
     count = {v: sum(e["verdict"] == v for e in entries) for v in (DIFFERS, MATCH, NOT_COMPARED)}
     head = (
         f"fl_patch compare ({label or _label()}): the first {calls} call(s) of each patch against upstream: "
         f"{count[DIFFERS]} differ, {count[MATCH]} match, {count[NOT_COMPARED]} not compared"
     )
-    lines = textwrap.wrap(head, WIDTH, subsequent_indent="  ")
-    if shown:
-        lines.append(f"{'verdict':<12}  {'calls':>5}  {'max abs':>8}  {'max rel':>8}  {'cosine':>8}  target")
-    indent = " " * 52
-    for e in shown:
+    lines = wrap(head, width, "", "  ")
+    if only:
+        kept = [e for e in entries if all(matches(k, v, _field(e, k)) for k, v in only)]
+        shown_only = ", ".join(f"{key}={value}" for key, value in only)
+        lines += wrap(f"rows matching --only {shown_only}: {len(kept)}", width)
+        return "\n".join(lines + _rows(kept, width))
+    yours = [e for e in entries if _pack(e) == NOT_IN_A_PACK]
+    packs: dict[str, list[dict[str, object]]] = {}
+    for e in entries:
+        if _pack(e) != NOT_IN_A_PACK:
+            packs.setdefault(_pack(e), []).append(e)
+    if yours:
+        lines += wrap(f"yours: {counts_text(str(e['verdict']) for e in yours)}", width)
+        lines += _rows(yours, width)  # every one, never-called too: the plugin's author asks about each
+    quiet: dict[str, int] = {}
+    if show_all:
+        for name in sorted(packs, key=pack_order):
+            rows = packs[name]
+            lines += wrap(f"pack {name}: {counts_text(str(e['verdict']) for e in rows)}", width)
+            lines += _rows([e for e in rows if _quiet(e) is None], width)
+            for e in rows:
+                why = _quiet(e)
+                if why is not None:
+                    quiet[why] = quiet.get(why, 0) + 1
+    elif packs:
+        differing = [e for rows in packs.values() for e in rows if e["verdict"] == DIFFERS]
+        if differing:
+            lines += wrap("shipped packs' rows that differ:", width)
+            lines += _rows(differing, width)
+        lines += wrap("shipped packs, one line each (--compare --all lists their rows, --only pack=NAME one's):", width)
+        name_width = max(len(name) for name in packs)
+        for name in sorted(packs, key=pack_order):
+            first = f"  {name:<{name_width}}  "
+            lines += wrap(counts_text(str(e["verdict"]) for e in packs[name]), width, first, " " * (len(first) + 2))
+    if quiet:
+        counted = "; ".join(f"{n} {why}" for why, n in quiet.items())
+        lines += wrap(f"not compared, not listed: {counted} (the JSON lists them)", width, "", "  ")
+    return "\n".join(lines)
+
+
+def _rows(entries: list[dict[str, object]], width: int) -> list[str]:
+    """A header and one row per target (worst first), with its impl, shapes, worst case and reason under it."""
+    if not entries:
+        return []
+    lines = [f"{'verdict':<12}  {'calls':>5}  {'max abs':>8}  {'max rel':>8}  {'cosine':>8}  target"]
+    indent = " " * (min(52, width // 2))
+    for e in sorted(entries, key=_worst_first):
         cosine = _number(e.get("cosine"), ".6f")
-        lines.append(
+        row = (
             f"{e['verdict']!s:<12}  {e.get('calls') or 0:>5}  {_number(e.get('max_abs')):>8}  "
-            f"{_number(e.get('max_rel')):>8}  {cosine:>8}  {e['target']}"
+            f"{_number(e.get('max_rel')):>8}  {cosine:>8}  "
         )
+        lines += wrap(str(e["target"]), width, row, indent)
         under = [f"-> {e.get('impl') or '?'}" + (f" (vendor {e['vendor']})" if e.get("vendor") else "")]
         if e.get("shapes"):
             under.append("on " + ", ".join(map(str, e["shapes"])))  # type: ignore[call-overload]
@@ -140,15 +203,8 @@ def format_table(entries: list[dict[str, object]], calls: int, label: str | None
         if e.get("reason"):
             under.append(str(e["reason"]))
         for text in under:
-            lines += textwrap.wrap(
-                text, WIDTH, initial_indent=indent, subsequent_indent=indent + "   ", break_on_hyphens=False
-            )
-    if quiet:
-        counted = "; ".join(f"{count} {why}" for why, count in quiet.items())
-        lines += textwrap.wrap(
-            f"not compared, not listed: {counted} (the JSON lists them)", WIDTH, subsequent_indent="  "
-        )
-    return "\n".join(lines)
+            lines += wrap(text, width, indent, indent + "   ")
+    return lines
 
 
 def process_entry(entries: list[dict[str, object]], calls: int) -> dict[str, object]:

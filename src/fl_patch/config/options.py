@@ -227,14 +227,14 @@ COMMANDS: tuple[Option, ...] = (
     Option(
         ("--all",),
         "local",
-        "--list / --check / --report: the shipped packs' rows too (by default: your registrations, and one line"
-        " per pack)",
+        "--list / --check / --report / --compare: the shipped packs' rows too (by default: your registrations,"
+        " and one line per pack)",
     ),
     Option(
         ("--only",),
         "local",
-        "--list / --check / --report: keep vendor=, source=, status=, target= or pack= matches (repeatable;"
-        " * globs; pack=none: yours)",
+        "--list / --check / --report / --compare: keep vendor=, source=, status=, target= or pack= matches"
+        " (repeatable; * globs; pack=none: yours)",
         metavar="KEY=VALUE",
     ),
     Option(("--why",), "local", "--list: each registration's PatchDoc (why, how, upstream, when to remove)"),

@@ -106,8 +106,9 @@ def wrap(text: str, width: int, first: str = "", rest: str | None = None) -> lis
     lines: list[str] = []
     line = first
     blank = True  # nothing but the indent on the line yet
+    room = max(10, width - max(len(first), len(rest)))  # a piece fits after either indent
     for word in text.split():
-        for index, piece in enumerate(_pieces(word, max(10, width - len(rest)))):
+        for index, piece in enumerate(_pieces(word, room)):
             joiner = "" if blank or index else " "  # the pieces of one word join without a space
             if not blank and len(line) + len(joiner) + len(piece) > width:
                 lines.append(line)
