@@ -183,18 +183,18 @@ def format_table(
 
 
 def _rows(entries: list[dict[str, object]], width: int) -> list[str]:
-    """A header and one row per target (worst first), with its impl, shapes, worst case and reason under it."""
-    if not entries:
-        return []
-    lines = [f"{'verdict':<12}  {'calls':>5}  {'max abs':>8}  {'max rel':>8}  {'cosine':>8}  target"]
-    indent = " " * (min(52, width // 2))
+    """One block per target (worst first), as the exit report's: the target; its verdict and numbers; the impl,
+    the shapes compared on, the worst case and the reason under it."""
+    lines: list[str] = []
     for e in sorted(entries, key=_worst_first):
-        cosine = _number(e.get("cosine"), ".6f")
-        row = (
-            f"{e['verdict']!s:<12}  {e.get('calls') or 0:>5}  {_number(e.get('max_abs')):>8}  "
-            f"{_number(e.get('max_rel')):>8}  {cosine:>8}  "
-        )
-        lines += wrap(str(e["target"]), width, row, indent)
+        lines += wrap(str(e["target"]), width)
+        verdict = str(e["verdict"])
+        if e.get("calls") or verdict != NOT_COMPARED:
+            verdict += (
+                f": {e.get('calls') or 0} call(s), max abs {_number(e.get('max_abs'))}, max rel "
+                f"{_number(e.get('max_rel'))}, cosine {_number(e.get('cosine'), '.6f')}"
+            )
+        lines += wrap(verdict, width, "  ", "    ")
         under = [f"-> {e.get('impl') or '?'}" + (f" (vendor {e['vendor']})" if e.get("vendor") else "")]
         if e.get("shapes"):
             under.append("on " + ", ".join(map(str, e["shapes"])))  # type: ignore[call-overload]
@@ -203,7 +203,7 @@ def _rows(entries: list[dict[str, object]], width: int) -> list[str]:
         if e.get("reason"):
             under.append(str(e["reason"]))
         for text in under:
-            lines += wrap(text, width, indent, indent + "   ")
+            lines += wrap(text, width, "    ", "      ")
     return lines
 
 
