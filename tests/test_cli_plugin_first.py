@@ -167,6 +167,6 @@ def test_report_shows_the_plugins_rows_first_and_honours_only_and_all(tmp_path: 
 
 def test_report_options_are_refused_without_a_report() -> None:
     proc = _run("--only", "pack=none", "x.py")
-    assert proc.returncode == 2 and "--only goes with --list, --check or --report" in proc.stdout
+    assert proc.returncode == 2 and "--only goes with --list, --check, --report or --compare" in proc.stdout
     proc = _run("--why", "--check")
     assert proc.returncode == 2 and "--why goes with --list" in proc.stdout
