@@ -119,7 +119,7 @@ def test_an_impl_name_with_a_typo_is_refused_with_the_close_name(megatron_core, 
             fl_patch.install()
         [message] = [str(w.message) for w in said if "cannot patch" in str(w.message)]
         assert (
-            "AttributeError: module fltest_plugin.impls has no attribute 'get_grad_norm_fp23' "
+            "AttributeError: module 'fltest_plugin.impls' has no attribute 'get_grad_norm_fp23' "
             "(did you mean 'get_grad_norm_fp32'?)"
         ) in message, message
         fl_patch.uninstall()
@@ -127,4 +127,4 @@ def test_an_impl_name_with_a_typo_is_refused_with_the_close_name(megatron_core, 
     with pytest.warns(fl_patch.FlPatchWarning) as said:
         fl_patch.install()
     [message] = [str(w.message) for w in said if "cannot patch" in str(w.message)]
-    assert "module fltest_plugin.impls has no attribute 'xyzzy'" in message and "did you mean" not in message
+    assert "module 'fltest_plugin.impls' has no attribute 'xyzzy'" in message and "did you mean" not in message

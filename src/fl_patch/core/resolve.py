@@ -163,6 +163,11 @@ def load_impl(impl: object) -> object:
         return _load_impl(impl)
 
 
+def _holder(obj: object) -> str:
+    """``module 'a.b'`` (as Python's own AttributeError names a module), else ``describe``'s ``class a.b.C``."""
+    return f"module {obj.__name__!r}" if isinstance(obj, types.ModuleType) else describe(obj)
+
+
 def _impl_attribute(obj: object, attr: str, holder: str) -> object:
     """``getattr(obj, attr)``; missing, an error naming ``holder`` and the closest public name it has (a typo)."""
     try:
@@ -180,7 +185,7 @@ def _load_impl(impl: str) -> object:
     if attr_path:
         obj: object = importlib.import_module(module_path)
         for attr in attr_path:
-            obj = _impl_attribute(obj, attr, describe(obj))
+            obj = _impl_attribute(obj, attr, _holder(obj))
         return obj
     parts = module_path.split(".")
     # The longest importable prefix is the module; the rest are attributes. A
@@ -194,9 +199,7 @@ def _load_impl(impl: str) -> object:
             if exc.name is not None and (candidate == exc.name or candidate.startswith(exc.name + ".")):
                 continue
             raise
-        holder = describe(obj)
         for attr in parts[end:]:
-            obj = _impl_attribute(obj, attr, holder)
-            holder = describe(obj)
+            obj = _impl_attribute(obj, attr, _holder(obj))
         return obj
     raise ModuleNotFoundError(f"no module named {parts[0]!r}", name=parts[0])
