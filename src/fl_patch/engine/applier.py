@@ -12,7 +12,9 @@ loaded before). The whole path stays in this file and the core below it:
    are passed on, not refused) — the same function ``--check`` asks;
 5. **build and put** (``core.patch``; a class: ``core.classes``), under the engine's lock;
 6. **record** the outcome on the target (``Target.record_*``) and say a problem once
-   (``core.errors.ProblemSink``: a warning, or in strict mode an error).
+   (``core.errors.ProblemSink``: a warning, or in strict mode an error), also where the patch is in
+   place but misses callers: a plugin's target that names a re-export (megatron's modules import it
+   from its home), a callee TorchScript compiled before the patch.
 
 A vendor whose impl cannot be used gives way to the next vendor's, said once.
 """
