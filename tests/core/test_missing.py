@@ -156,7 +156,7 @@ def test_a_plugins_re_export_target_is_patched_and_said_with_its_home(megatron_c
     messages = [str(w.message) for w in said if "re-export" in str(w.message)]
     assert messages == [
         f"fl_patch: {ROPE_REEXPORT} is patched, but it is a re-export of {ROPE_HOME}: megatron's modules that import "
-        f"it from {ROPE_HOME.rpartition('.')[0]} keep upstream's (register {ROPE_HOME} to reach them)"
+        f"it from {ROPE_HOME.rpartition('.')[0]} keep upstream's (register {ROPE_HOME} to reach them too)"
     ], messages
     record = {r.target: r for r in fl_patch.report()}[ROPE_REEXPORT]
     assert record.status is Status.APPLIED and f"a re-export of {ROPE_HOME}" in record.detail, record.detail

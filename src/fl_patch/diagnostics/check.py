@@ -511,16 +511,17 @@ def _check_one(
 def _reexport_finding(registration: Registration, home: str) -> Finding:
     """A target that names another module's function or class, when its home is not registered too.
 
-    Patching it changes that one name; megatron's modules that import it from its home keep upstream's. A
+    Patching it reaches what imports that name; megatron's modules that import it from its home keep upstream's. A
     plugin's own row says so as a warning; a shipped pack's patches such names on purpose, so there it is a
     note (``--all`` shows it). The same owner registering the home as well is the deliberate form: nothing is said.
     """
     module = home.rpartition(".")[0]
+    named_in = registration.target.rpartition(".")[0]
     level = "warning" if owner_of(registration.source) == NOT_IN_A_PACK else "note"
     return Finding(
         level,
-        f"a re-export of {home}: patching {registration.target} changes that name only, and megatron's modules "
-        f"that import it from {module} keep upstream's. To reach them, target {home}",
+        f"a re-export of {home}: patching {registration.target} reaches what imports it from {named_in}, not "
+        f"megatron's modules that import it from {module}, which keep upstream's. To reach them too, target {home}",
     )
 
 

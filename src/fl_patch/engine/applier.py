@@ -212,7 +212,7 @@ class Applier:
             if home is not None:  # (outside the lock: the problem may be a strict error)
                 cause = (
                     f"it is a re-export of {home}: megatron's modules that import it from {home.rpartition('.')[0]} "
-                    f"keep upstream's (register {home} to reach them)"
+                    f"keep upstream's (register {home} to reach them too)"
                 )
                 target.detail = "; ".join(filter(None, [target.detail, cause]))
                 self.problems.problem(f"fl_patch: {target.name} is patched, but {cause}", where=registration.where)
@@ -232,7 +232,8 @@ class Applier:
     ) -> str | None:
         """The home of a plugin's target that names another megatron module's function or class, else None.
 
-        Patching such a name changes it alone: megatron's callers import it from its home. Said once, as
+        Patching such a name reaches what imports it from there, not megatron's callers that import it from its
+        home. Said once, as
         ``--check`` says it; not where the plugin registers the home too (it meant both), nor for a shipped
         pack's (``fl_patch.impls``: reviewed, deliberate: TE class names bound in each spec module)."""
         if _shipped(registration):
