@@ -155,8 +155,9 @@ def test_a_plugins_re_export_target_is_patched_and_said_with_its_home(megatron_c
         fl_patch.install()
     messages = [str(w.message) for w in said if "re-export" in str(w.message)]
     assert messages == [
-        f"fl_patch: {ROPE_REEXPORT} is patched, but it is a re-export of {ROPE_HOME}: megatron's modules that import "
-        f"it from {ROPE_HOME.rpartition('.')[0]} keep upstream's (register {ROPE_HOME} to reach them too)"
+        f"fl_patch: {ROPE_REEXPORT} is patched, but it is a re-export of {ROPE_HOME}: code that reaches it through "
+        f"{ROPE_HOME.rpartition('.')[0]} (that module's own calls, modules that import it from there) keeps "
+        f"upstream's (register {ROPE_HOME}, which reaches every name bound to it)"
     ], messages
     record = {r.target: r for r in fl_patch.report()}[ROPE_REEXPORT]
     assert record.status is Status.APPLIED and f"a re-export of {ROPE_HOME}" in record.detail, record.detail

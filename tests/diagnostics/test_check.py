@@ -163,8 +163,8 @@ def test_a_target_that_names_a_re_export_is_said_with_the_target_that_reaches_me
     assert rope["level"] == "warning" and rope["engine_status"] == "applied", rope
     [message] = [f["message"] for f in rope["findings"] if f["level"] == "warning"]
     home = "megatron.core.models.common.embeddings.rope_utils.apply_rotary_pos_emb"
-    assert message.startswith(f"a re-export of {home}: ") and message.endswith(f"To reach them too, target {home}")
-    assert "not megatron's modules that import it from megatron.core.models.common.embeddings.rope_utils" in message
+    assert message.startswith(f"a re-export of {home}: ") and message.endswith(f"To reach every caller, target {home}")
+    assert "not code that reaches it through megatron.core.models.common.embeddings.rope_utils" in message
     for target in (
         "megatron.core.tensor_parallel.vocab_parallel_cross_entropy",
         "megatron.core.tensor_parallel.cross_entropy.vocab_parallel_cross_entropy",

@@ -24,8 +24,8 @@ few, and each is told apart here from the module itself and its source:
   never patched, because a renamed API usually changed in other ways too.
 - **a re-export**: the name is there, but bound to a function or class another megatron module
   defines (``rotary_pos_embedding.apply_rotary_pos_emb`` is ``rope_utils``'s). Patching it reaches
-  what imports that name from there afterwards, not megatron's callers that import it from where it
-  is defined, which keep upstream's (the engine rebinds a replaced object's other names only when the
+  what imports that name from there afterwards, not code that reaches it through where it is defined
+  (that module's own calls, modules importing it from there), which keeps upstream's (the engine rebinds a replaced object's other names only when the
   target is its home). Found, patched as registered, and said, with the defining target (``reexported_from``).
 
 Source is read with ``ast`` from the module's file, once per file.

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from fl_patch.core.gates import Gate, parse_gate
 from fl_patch.core.paths import method_key, parse_target
 
-__all__ = ["PatchDoc", "Registration", "describe_impl"]
+__all__ = ["PatchDoc", "Registration", "describe_impl", "shipped"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,11 @@ class PatchDoc:
 
     def as_dict(self) -> dict[str, str]:
         return {"why": self.why, "how": self.how, "upstream": self.upstream, "remove_when": self.remove_when}
+
+
+def shipped(source: str) -> bool:
+    """Whether a registration's ``source`` is fl_patch itself (a pack's registry, the rank check), not a plugin's."""
+    return source == "fl_patch" or source.startswith("fl_patch.")
 
 
 def describe_impl(impl: object) -> str:

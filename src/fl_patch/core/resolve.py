@@ -10,7 +10,6 @@ bind it, and re-installing the bound result breaks instance calls or pins ``cls`
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.machinery
 import sys
@@ -18,6 +17,7 @@ import types
 from dataclasses import dataclass
 from enum import Enum
 
+from fl_patch.config.suggest import did_you_mean
 from fl_patch.core.import_state import plugin_window
 from fl_patch.core.paths import parse_impl_path
 
@@ -174,9 +174,7 @@ def _impl_attribute(obj: object, attr: str, holder: str) -> object:
         return getattr(obj, attr)
     except AttributeError:
         pass
-    names = [n for n in dir(obj) if not n.startswith("__")]
-    close = difflib.get_close_matches(attr, names, n=1, cutoff=0.75)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = did_you_mean(attr, [n for n in dir(obj) if not n.startswith("__")], n=1, cutoff=0.75)
     raise AttributeError(f"{holder} has no attribute {attr!r}{hint}") from None
 
 

@@ -511,7 +511,7 @@ def _check_one(
 def _reexport_finding(registration: Registration, home: str) -> Finding:
     """A target that names another module's function or class, when its home is not registered too.
 
-    Patching it reaches what imports that name; megatron's modules that import it from its home keep upstream's. A
+    Patching it reaches what imports that name; code that reaches it through its home keeps upstream's. A
     plugin's own row says so as a warning; a shipped pack's patches such names on purpose, so there it is a
     note (``--all`` shows it). The same owner registering the home as well is the deliberate form: nothing is said.
     """
@@ -520,8 +520,9 @@ def _reexport_finding(registration: Registration, home: str) -> Finding:
     level = "warning" if owner_of(registration.source) == NOT_IN_A_PACK else "note"
     return Finding(
         level,
-        f"a re-export of {home}: patching {registration.target} reaches what imports it from {named_in}, not "
-        f"megatron's modules that import it from {module}, which keep upstream's. To reach them too, target {home}",
+        f"a re-export of {home}: patching {registration.target} reaches what imports it from {named_in}, not code "
+        f"that reaches it through {module} (that module's own calls, modules that import it from there), which "
+        f"keeps upstream's. To reach every caller, target {home}",
     )
 
 

@@ -44,7 +44,7 @@ from fl_patch.core.patch import (
     revert,
 )
 from fl_patch.core.records import Status
-from fl_patch.core.registration import Registration
+from fl_patch.core.registration import Registration, shipped
 from fl_patch.core.registry import Registry
 from fl_patch.core.resolve import Kind, Resolved, describe, load_impl, resolve_in
 from fl_patch.core.target import Selection, Target
@@ -211,8 +211,9 @@ class Applier:
             home = self._reexport_home(module, attr_path, resolved, registration)
             if home is not None:  # (outside the lock: the problem may be a strict error)
                 cause = (
-                    f"it is a re-export of {home}: megatron's modules that import it from {home.rpartition('.')[0]} "
-                    f"keep upstream's (register {home} to reach them too)"
+                    f"it is a re-export of {home}: code that reaches it through {home.rpartition('.')[0]} (that "
+                    f"module's own calls, modules that import it from there) keeps upstream's (register {home}, "
+                    "which reaches every name bound to it)"
                 )
                 target.detail = "; ".join(filter(None, [target.detail, cause]))
                 self.problems.problem(f"fl_patch: {target.name} is patched, but {cause}", where=registration.where)
@@ -232,14 +233,13 @@ class Applier:
     ) -> str | None:
         """The home of a plugin's target that names another megatron module's function or class, else None.
 
-        Patching such a name reaches what imports it from there, not megatron's callers that import it from its
-        home. Said once, as
-        ``--check`` says it; not where the plugin registers the home too (it meant both), nor for a shipped
-        pack's (``fl_patch.impls``: reviewed, deliberate: TE class names bound in each spec module)."""
-        if _shipped(registration):
+        Patching such a name reaches what imports it from there, not code that reaches it through its home. Said
+        once, as ``--check`` says it; not where a plugin registers the home too (meant), nor for a shipped pack's
+        (reviewed, deliberate: TE class names bound in each spec module)."""
+        if shipped(registration.source):
             return None
         home = reexported_from(module, attr_path, resolved)
-        if home is None or any(not _shipped(r) for r in self.registry.registrations(home)):
+        if home is None or any(not shipped(r.source) for r in self.registry.registrations(home)):
             return None
         return home
 
@@ -372,11 +372,6 @@ class Applier:
             f"(vendor {registration.vendor!r}, registered by {registration.source}): {cause}",
             where=registration.where,
         )
-
-
-def _shipped(registration: Registration) -> bool:
-    """Made by fl_patch itself (a pack's registry, the rank check), not by a plugin."""
-    return registration.source == "fl_patch" or registration.source.startswith("fl_patch.")
 
 
 def _import_impl(registration: Registration) -> object:

@@ -18,6 +18,8 @@ import shutil
 from collections import Counter
 from collections.abc import Iterable
 
+from fl_patch.core.registration import shipped
+
 __all__ = [
     "NOT_IN_A_PACK",
     "counts_text",
@@ -42,7 +44,7 @@ def owner(source: str) -> str | None:
     ``without_te`` too, registered by ``cpu`` and ``flaggems`` for their vendors), which is the
     registration's ``source``: the same name ``docs/patches.md`` files it under.
     """
-    if source != "fl_patch" and not source.startswith("fl_patch."):
+    if not shipped(source):
         return None  # a registry module, an entry point, a FlagScale tree: the user's
     parts = source.split(".")
     if parts[1:2] == ["job"]:
