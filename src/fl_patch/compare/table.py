@@ -27,7 +27,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from fl_patch.compare.results import DIFFERS, MATCH, NEVER_CALLED, NOT_COMPARED, RESULTS
-from fl_patch.reporting.layout import NOT_IN_A_PACK, counts_text, matches, owner_of, pack_order, terminal_width, wrap
+from fl_patch.reporting.layout import (
+    NOT_IN_A_PACK,
+    counts_text,
+    matches,
+    owner_of,
+    pack_lines,
+    pack_order,
+    terminal_width,
+    wrap,
+)
 
 __all__ = ["format_table", "process_entry", "records", "write_json"]
 
@@ -172,10 +181,7 @@ def format_table(
             lines += wrap("shipped packs' rows that differ:", width)
             lines += _rows(differing, width)
         lines += wrap("shipped packs, one line each (--compare --all lists their rows, --only pack=NAME one's):", width)
-        name_width = max(len(name) for name in packs)
-        for name in sorted(packs, key=pack_order):
-            first = f"  {name:<{name_width}}  "
-            lines += wrap(counts_text(str(e["verdict"]) for e in packs[name]), width, first, " " * (len(first) + 2))
+        lines += pack_lines({name: (str(e["verdict"]) for e in rows) for name, rows in packs.items()}, width)
     if quiet:
         counted = "; ".join(f"{n} {why}" for why, n in quiet.items())
         lines += wrap(f"not compared, not listed: {counted} (the JSON lists them)", width, "", "  ")

@@ -16,7 +16,14 @@ import json
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from fl_patch.reporting.layout import NOT_IN_A_PACK, counts_text, matches, owner_of, pack_order, terminal_width, wrap
+from fl_patch.reporting.layout import (
+    NOT_IN_A_PACK,
+    matches,
+    owner_of,
+    pack_lines,
+    terminal_width,
+    wrap,
+)
 
 __all__ = ["MergedRow", "format_merged", "merge", "merge_reports", "rank_ranges", "read_report_lines"]
 
@@ -283,10 +290,7 @@ def merge_reports(
         for row in folded:
             status = cast(Sequence[str], row.values[0][0])[0]
             packs.setdefault(pack_of[row.key], []).append("never triggered" if status == "waiting" else status)
-        name_width = max(len(name) for name in packs)
-        for name in sorted(packs, key=pack_order):
-            head = f"  {name:<{name_width}}  "
-            lines += wrap(counts_text(packs[name]) + " (the same on every process)", width, head, " " * len(head))
+        lines += pack_lines(packs, width, " (the same on every process)")
     return "\n".join(lines)
 
 

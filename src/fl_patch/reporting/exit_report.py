@@ -50,7 +50,16 @@ from dataclasses import replace
 from fl_patch.core.records import PatchRecord, Status
 from fl_patch.core.resolve import Kind
 from fl_patch.host.compiling import is_compiling_function
-from fl_patch.reporting.layout import NOT_IN_A_PACK, counts_text, matches, owner_of, pack_order, terminal_width, wrap
+from fl_patch.reporting.layout import (
+    NOT_IN_A_PACK,
+    counts_text,
+    matches,
+    owner_of,
+    pack_lines,
+    pack_order,
+    terminal_width,
+    wrap,
+)
 from fl_patch.runtime import RUNTIME
 
 __all__ = [
@@ -245,10 +254,7 @@ def format_report(
             lines += wrap(
                 "shipped packs, one line each (--report --all lists their rows, --only pack=NAME one's):", width
             )
-            name_width = max(len(name) for name in packs)
-            for name in sorted(packs, key=pack_order):
-                head = f"  {name:<{name_width}}  "
-                lines += wrap(counts_text(_status_text(r) for r in packs[name]), width, head, " " * (len(head) + 2))
+            lines += pack_lines({name: map(_status_text, rows) for name, rows in packs.items()}, width)
             failing = [r for rows in packs.values() for r in rows if r.status.is_problem]
             if failing:
                 lines += wrap("problems in shipped packs:", width)

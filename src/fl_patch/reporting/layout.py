@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shutil
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from fl_patch.core.registration import shipped
 
@@ -26,6 +26,7 @@ __all__ = [
     "matches",
     "owner",
     "owner_of",
+    "pack_lines",
     "pack_order",
     "terminal_width",
     "wrap",
@@ -74,6 +75,16 @@ def matches(key: str, wanted: str, value: str | None) -> bool:
 def pack_order(name: str) -> tuple[int, str]:
     """Packs in a stable order, fl_patch's own rank check last."""
     return (name == _RANK_CHECK, name)
+
+
+def pack_lines(statuses: Mapping[str, Iterable[str]], width: int, tail: str = "") -> list[str]:
+    """One line per shipped pack, in pack order: its name, its statuses counted (``counts_text``), then ``tail``."""
+    name_width = max((len(name) for name in statuses), default=0)
+    lines: list[str] = []
+    for name in sorted(statuses, key=pack_order):
+        head = f"  {name:<{name_width}}  "
+        lines += wrap(counts_text(statuses[name]) + tail, width, head, " " * (len(head) + 2))
+    return lines
 
 
 def terminal_width(fallback: int = 100) -> int:
