@@ -28,15 +28,19 @@ print("PROBE" + json.dumps(status))
 """
 
 
+def _layout(root: Path) -> tuple[Path, Path]:
+    checkout = root / "checkout"
+    shutil.copytree(SUPPORT / "plugins" / "fltest_two", checkout / "fltest_two")
+    (root / "elsewhere").mkdir()
+    program = root / "elsewhere" / "probe.py"
+    program.write_text(PROBE)
+    return checkout, program
+
+
 @pytest.fixture
 def layout(tmp_path: Path) -> tuple[Path, Path]:
     """(the plugin's directory, where the job starts; the program, in a directory of its own)."""
-    checkout = tmp_path / "checkout"
-    shutil.copytree(SUPPORT / "plugins" / "fltest_two", checkout / "fltest_two")
-    (tmp_path / "elsewhere").mkdir()
-    program = tmp_path / "elsewhere" / "probe.py"
-    program.write_text(PROBE)
-    return checkout, program
+    return _layout(tmp_path)
 
 
 def _env() -> dict[str, str]:
@@ -63,8 +67,8 @@ def _probe(proc: subprocess.CompletedProcess[str]) -> list[dict[str, list[str]]]
 
 
 def _message(text: str, marker: str) -> str:
-    """The one message about the registry, with the prefix of its surface (warning line, --check error) cut
-    and the continuation lines --check wrapped it into joined."""
+    """The one message with ``marker`` (one line holds it: the registry's one message), with the prefix of its
+    surface (warning line, --check error) cut and the continuation lines --check wrapped it into joined."""
     lines = text.splitlines()
     (index,) = [i for i, line in enumerate(lines) if marker in line]
     message = [lines[index][lines[index].index("fl_patch: registry module") :]]
@@ -105,33 +109,56 @@ def test_torchrun_workers_find_it_too(layout: tuple[Path, Path]) -> None:
     )
 
 
-def test_a_misspelt_registry_is_refused_with_one_message_in_both_modes(layout: tuple[Path, Path]) -> None:
-    checkout, program = layout
-    check = _fl_patch(checkout, "--registry", "fltest_two.registyr", "--check", "--only", "pack=none")
-    run = _fl_patch(checkout, "--registry", "fltest_two.registyr", str(program))
-    assert check.returncode == 1 and run.returncode == 0, check.stdout + run.stderr  # a warning, not strict
-    said = _message(run.stderr, "FlPatchWarning")
-    assert said == _message(check.stdout, "error: fl_patch: registry module")
-    assert f"package fltest_two ({checkout / 'fltest_two'}) has no module 'registyr'" in said
-    assert "(did you mean fltest_two.registry?)" in said and "PYTHONPATH" not in said
-    # A top-level name found nowhere: where it was looked for, and the fix, in both modes.
-    check = _fl_patch(checkout, "--registry", "fltest_tow.registry", "--check", "--only", "pack=none")
-    run = _fl_patch(checkout, "--registry", "fltest_tow.registry", str(program))
-    said = _message(run.stderr, "FlPatchWarning")
-    assert said == _message(check.stdout, "error: fl_patch: registry module")
-    assert f"nor in the directory the job started in ({checkout})" in said and "(did you mean fltest_two?)" in said
-    assert "Fix: start the job from the directory that holds fltest_tow, put that directory on PYTHONPATH" in said
+MISSPELT = ("fltest_two.registyr", "fltest_tow.registry")  # a module of the plugin, the plugin's own name
+HALF = "fltest_two.half"  # a registry that raises on its third line
+WARNING = "FlPatchWarning: fl_patch: registry module '{}'"
+ERROR = "error: fl_patch: registry module '{}'"
+# (the start directory, --check, the run)
+Refused = tuple[Path, subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]
 
 
-def test_a_registry_that_fails_half_way_names_what_it_drops(layout: tuple[Path, Path]) -> None:
-    checkout, program = layout
+def _warnings(run: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in run.stderr.splitlines() if "FlPatchWarning" in line]
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory: pytest.TempPathFactory) -> Refused:
+    """(the start directory, ``--check`` of the misspelt registries, the run of them and of the half-way one).
+
+    Each registry that does not load is said in a message of its own (a warning line in the run, an error in
+    ``--check``), so one ``--check`` and one run, each naming them all, show every message a process per
+    registry showed."""
+    checkout, program = _layout(tmp_path_factory.mktemp("refused"))
     (checkout / "fltest_two" / "half.py").write_text(
         "from fl_patch import register\n"
         "register(target='megatron.core.utils.divide', impl='fltest_two.impls.divide')\n"
         "raise RuntimeError('third line')\n"
     )
-    run = _fl_patch(checkout, "--registry", "fltest_two.half", str(program))
-    (line,) = [line for line in run.stderr.splitlines() if "FlPatchWarning" in line]
+    check = _fl_patch(checkout, "--registry", ",".join(MISSPELT), "--check", "--only", "pack=none")
+    run = _fl_patch(checkout, "--registry", ",".join([*MISSPELT, HALF]), str(program))
+    return checkout, check, run
+
+
+def test_a_misspelt_registry_is_refused_with_one_message_in_both_modes(refused: Refused) -> None:
+    checkout, check, run = refused
+    assert check.returncode == 1 and run.returncode == 0, check.stdout + run.stderr  # a warning, not strict
+    # One message per registry that does not load (each marker is on one line), and nothing else said.
+    assert len(_warnings(run)) == 3 and check.stdout.count("error: fl_patch: registry module") == 2, check.stdout
+    said = _message(run.stderr, WARNING.format("fltest_two.registyr"))
+    assert said == _message(check.stdout, ERROR.format("fltest_two.registyr"))
+    assert f"package fltest_two ({checkout / 'fltest_two'}) has no module 'registyr'" in said
+    assert "(did you mean fltest_two.registry?)" in said and "PYTHONPATH" not in said
+    # A top-level name found nowhere: where it was looked for, and the fix, in both modes.
+    said = _message(run.stderr, WARNING.format("fltest_tow.registry"))
+    assert said == _message(check.stdout, ERROR.format("fltest_tow.registry"))
+    assert f"nor in the directory the job started in ({checkout})" in said and "(did you mean fltest_two?)" in said
+    assert "Fix: start the job from the directory that holds fltest_tow, put that directory on PYTHONPATH" in said
+
+
+def test_a_registry_that_fails_half_way_names_what_it_drops(refused: Refused) -> None:
+    checkout, _, run = refused
+    assert len(_warnings(run)) == 3, run.stderr  # its own, and one for each misspelt registry
+    (line,) = [line for line in _warnings(run) if WARNING.format(HALF) in line]
     assert line.startswith(f"{checkout / 'fltest_two' / 'half.py'}:3: FlPatchWarning: "), line
     assert "RuntimeError: third line" in line
     assert "its 1 registration(s) made before that line (megatron.core.utils.divide) are dropped too" in line

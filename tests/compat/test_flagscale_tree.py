@@ -160,7 +160,10 @@ def test_list_and_check_json_are_pure_json_and_say_why_targets_are_missing(tmp_p
 
 def test_the_trees_internal_api_passes_its_own_checks_under_fl_patch(tmp_path: Path) -> None:
     checks = TREE / "megatron" / "plugin" / "check_registry_api.py"
-    proc = _run(["-m", "fl_patch", "-m", "pytest", "-q", "-p", "no:cacheprovider", str(checks)], _env(), TREE)
+    # -o addopts=: this repo's pytest options are not the tree's; their `-n auto` would start xdist
+    # workers (each a second interpreter importing megatron) for four checks the launched one runs.
+    pytest_args = ["-q", "-p", "no:cacheprovider", "-o", "addopts=", str(checks)]
+    proc = _run(["-m", "fl_patch", "-m", "pytest", *pytest_args], _env(), TREE)
     assert proc.returncode == 0 and "4 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 

@@ -111,7 +111,10 @@ class Run:
 def pretrain(tmp_path: Path, name: str, *args: str, ranks: int = 1, timeout: float = 300) -> Run:
     """Run the example under fl_patch (torchrun for ``ranks`` > 1); return what it logged."""
     log, report = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.report.jsonl"
-    env = _env()
+    # One OpenMP thread in every process, as torchrun gives each of its workers (OMP_NUM_THREADS=1 when unset),
+    # one process alone included: this model is too small to gain from a second thread, and on a shared CPU
+    # the second one mostly spins waiting for a core. Runs whose losses are compared all run so.
+    env = _env(OMP_NUM_THREADS="1")
     if ranks > 1:
         launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
     else:  # the plain `python -m fl_patch script.py` form: env:// rendezvous, as upstream requires

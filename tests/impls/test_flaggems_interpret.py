@@ -4,17 +4,21 @@ Triton is not in the project's venv (with it importable, megatron-core and torch
 take their Triton paths in every test). ``scripts/triton-cpu.sh`` installs it into
 ``.cache/triton-cpu``; these tests put that folder on the PYTHONPATH of a
 subprocess and skip when it is absent. Small sizes: the interpreter runs each
-program in numpy (about 30 s for all three tests on 2 cores).
+program in numpy. Checks that need no process of their own share one
+(``tests/support/flaggems/gems_parts.py``, a module fixture each): the kernel
+checks, the host-side tuning checks, the checks inside megatron-core.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
-from ..conftest import SUPPORT, TRITON_CPU, triton_env
+from ..conftest import REPO, SUPPORT, TRITON_CPU, triton_env
 
 pytestmark = pytest.mark.skipif(
     not (TRITON_CPU / "triton").is_dir(), reason="no .cache/triton-cpu (run scripts/triton-cpu.sh)"
@@ -34,10 +38,71 @@ def _failures(cases: list[dict]) -> list[str]:
     return [f"{c['id']}: {c['problems']}" for c in cases if c["problems"]]
 
 
-def test_every_kernel_forward_and_backward_against_torch_autograd(run_python) -> None:
-    proc = run_python(str(SUPPORT / "flaggems" / "gems_checks.py"), "interpret", env=_env(), check=False, timeout=300)
-    cases, summary = _results(proc.stdout)
-    assert proc.returncode == 0 and not _failures(cases), _failures(cases) or proc.stderr[-3000:]
+def _run_parts(parts: list[dict], env: dict[str, str], timeout: float) -> dict[str, dict]:
+    """Run ``parts`` one after another in one process (``gems_parts.py``); each part's result by its name: its
+    ``exit`` status, ``stdout`` and ``error``, and ``why`` (its traceback, its output, the process's stderr)."""
+    proc = subprocess.run(
+        [sys.executable, str(SUPPORT / "flaggems" / "gems_parts.py"), json.dumps(parts)],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    done = {r["name"]: r for r in (json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"name": '))}
+    results = {}
+    for part in parts:  # a part that never reported: the process died in it (or before)
+        r = done.get(part["name"]) or {"exit": None, "stdout": "", "error": f"no result: exit {proc.returncode}"}
+        why = f"{r['error'] or ''}\n{r['stdout'][-2000:]}\n{proc.stderr[-4000:]}"
+        results[part["name"]] = {**r, "why": why}
+    return results
+
+
+# the attention kernels with another block-shape relation than the shipped one
+_BLOCKS = {
+    "square-blocks": {"fwd": [16, 16, 4, 1], "dq": [16, 16, 4, 1], "dkdv": [16, 16, 4, 1]},  # BLOCK_M == BLOCK_N
+    "wide-blocks": {"fwd": [64, 16, 4, 1], "dq": [64, 32, 4, 1], "dkdv": [16, 64, 4, 1]},  # blocks past the sequence
+}
+
+
+@pytest.fixture(scope="module")
+def kernel_checks() -> dict[str, dict]:
+    """One interpreter process: every kernel case (``gems_checks.py interpret``), the attention cases again with
+    each of ``_BLOCKS`` (the shipped blocks restored after each), the norms' weight-gradient reduction."""
+    checks = str(SUPPORT / "flaggems" / "gems_checks.py")
+    parts = [
+        {"name": "checks", "script": checks, "argv": ["interpret"]},
+        *({"name": name, "script": checks, "argv": ["interpret", json.dumps(b)]} for name, b in _BLOCKS.items()),
+        {"name": "reduce", "code": _REDUCE_SNIPPET},
+    ]
+    return _run_parts(parts, _env(), timeout=600)
+
+
+@pytest.fixture(scope="module")
+def host_side(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """One process without the interpreter: the tuning store, the borrowed picks (each its own cache folder),
+    the host grid helpers, the shipped seeds."""
+    parts = [
+        {"name": "store", "code": _STORE_SNIPPET, "env": {"FL_GEMS_CACHE_DIR": str(tmp_path_factory.mktemp("store"))}},
+        {"name": "borrow", "code": _BORROW_SNIPPET, "env": {"FL_GEMS_CACHE_DIR": str(tmp_path_factory.mktemp("bor"))}},
+        {"name": "host_helpers", "code": _HOST_HELPERS_SNIPPET},
+        {"name": "seeds", "code": _SEEDS_SNIPPET},
+    ]
+    return _run_parts(parts, triton_env(interpret=False), timeout=300)
+
+
+@pytest.fixture(scope="module")
+def in_megatron() -> dict[str, dict]:
+    """One interpreter process under MG_FL_PREFER=flaggems, fl_patch installed before megatron is imported: the
+    pack in megatron-core (its log checked first), then TE's spec on it, then TE's fused RoPE name."""
+    parts = [
+        {"name": "megatron", "script": str(SUPPORT / "flaggems" / "gems_megatron_interpret.py")},
+        {"name": "te_spec", "script": str(SUPPORT / "flaggems" / "gems_te_interpret.py")},
+        {"name": "rope_fusion", "code": _ROPE_FUSION},
+    ]
+    return _run_parts(parts, _env(MG_FL_PREFER="flaggems", GEMS_PORT=str(29500 + os.getpid() % 400)), timeout=900)
+
+
+def test_every_kernel_forward_and_backward_against_torch_autograd(kernel_checks) -> None:
+    part = kernel_checks["checks"]
+    cases, summary = _results(part["stdout"])
+    assert part["exit"] == 0 and not _failures(cases), _failures(cases) or part["why"]
     ops = {c["id"].split("[")[0] for c in cases}
     assert ops == {
         "rms_norm", "layer_norm", "swiglu", "rope", "qkv_rope", "attention", "softmax", "cross_entropy",
@@ -46,46 +111,29 @@ def test_every_kernel_forward_and_backward_against_torch_autograd(run_python) ->
     assert summary == {"cases": len(cases), "failed": 0} and len(cases) == 52
 
 
-@pytest.mark.parametrize(
-    "blocks",
-    [
-        {"fwd": [16, 16, 4, 1], "dq": [16, 16, 4, 1], "dkdv": [16, 16, 4, 1]},  # BLOCK_M == BLOCK_N everywhere
-        {"fwd": [64, 16, 4, 1], "dq": [64, 32, 4, 1], "dkdv": [16, 64, 4, 1]},  # wide ratios, blocks past the sequence
-    ],
-    ids=["square-blocks", "wide-blocks"],
-)
-def test_attention_with_other_block_shapes(run_python, blocks) -> None:
-    proc = run_python(
-        str(SUPPORT / "flaggems" / "gems_checks.py"), "interpret", json.dumps(blocks), env=_env(), check=False
-    )
-    cases, _ = _results(proc.stdout)
-    assert proc.returncode == 0 and len(cases) == 4 and not _failures(cases), _failures(cases) or proc.stderr[-3000:]
+@pytest.mark.parametrize("blocks", list(_BLOCKS))
+def test_attention_with_other_block_shapes(kernel_checks, blocks) -> None:
+    part = kernel_checks[blocks]
+    cases, _ = _results(part["stdout"])
+    assert part["exit"] == 0 and len(cases) == 4 and not _failures(cases), _failures(cases) or part["why"]
 
 
-def test_pack_inside_real_megatron_core(run_python) -> None:
+def test_pack_inside_real_megatron_core(in_megatron) -> None:
     """Every target applied; impls equal upstream (or float64) forward and backward; fallback said once."""
-    proc = run_python(
-        str(SUPPORT / "flaggems" / "gems_megatron_interpret.py"),
-        env=_env(MG_FL_PREFER="flaggems", GEMS_PORT=str(29500 + os.getpid() % 400)),
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    part = in_megatron["megatron"]
+    assert part["exit"] == 0, part["why"]
+    result = json.loads(part["stdout"].strip().splitlines()[-1])
     # the pack's registry (tests/impls/test_flaggems.py counts them): 9 op patches, 7 optimizer patches, 1 created
     # name, 2 for gradient accumulation fusion without Apex
     assert result["ok"] and len(result["targets"]) == 19
 
 
-def test_te_spec_on_the_pack_inside_real_megatron_core(run_python) -> None:
+def test_te_spec_on_the_pack_inside_real_megatron_core(in_megatron) -> None:
     """megatron's TE layer spec without TE, under MG_FL_PREFER=flaggems: TE's module tree, its norms, attention
     and (MoE) weighted SwiGLU on the pack's kernels, loss and every gradient equal to the replaced functions'."""
-    proc = run_python(
-        str(SUPPORT / "flaggems" / "gems_te_interpret.py"),
-        env=_env(MG_FL_PREFER="flaggems", GEMS_PORT=str(29900 + os.getpid() % 90)),
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    part = in_megatron["te_spec"]
+    assert part["exit"] == 0, part["why"]
+    result = json.loads(part["stdout"].strip().splitlines()[-1])
     assert result["ok"]
     for case in ("dense_rmsnorm", "layernorm_zero_centered", "moe_grouped"):
         assert result[case]["worst_grad_rel"] < 1e-4 and result[case]["loss_diff"] < 1e-5, result[case]
@@ -114,12 +162,12 @@ print(json.dumps(out))
 """
 
 
-def test_norm_weight_gradient_reduction_over_many_partial_rows(run_python) -> None:
+def test_norm_weight_gradient_reduction_over_many_partial_rows(kernel_checks) -> None:
     # More partial rows than one load holds (1500 > 1024: two trips), fewer rows used
     # than allocated, a width that is no multiple of the column block, dw and db in one launch.
-    proc = run_python("-c", _REDUCE_SNIPPET, env=_env(), check=False, timeout=200)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    part = kernel_checks["reduce"]
+    assert part["exit"] == 0, part["why"]
+    results = json.loads(part["stdout"].strip().splitlines()[-1])
     assert len(results) == 3
     for r in results:
         assert r["dtype"] == "torch.bfloat16" and r["none"]
@@ -180,14 +228,13 @@ print(json.dumps({
 """
 
 
-def test_autotune_store_keeps_picks_by_kernel_source_and_configs(run_python, tmp_path) -> None:
+def test_autotune_store_keeps_picks_by_kernel_source_and_configs(host_side) -> None:
     """Picks written by one process load in another; another config list, a pick that is no config, or the
     store turned off load nothing; shipped seeds fill in after the user's picks. (The GPU test runs the
     real tuner across two processes.)"""
-    env = triton_env(interpret=False, FL_GEMS_CACHE_DIR=str(tmp_path))
-    proc = run_python("-c", _STORE_SNIPPET, env=env, check=False, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    part = host_side["store"]
+    assert part["exit"] == 0, part["why"]
+    out = json.loads(part["stdout"].strip().splitlines()[-1])
     assert out == {
         "loaded": 2, "twice": [2, 0], "fewer": 0, "stale": 2, "off": 0, "same": [True, True],
         "file": "autotune-Some_GPU-sm99-triton3.6.0.json", "ids": [True],
@@ -195,44 +242,27 @@ def test_autotune_store_keeps_picks_by_kernel_source_and_configs(run_python, tmp
     }  # fmt: skip
 
 
-_TP_COMPARE = """
-import json, sys, torch
-out = sys.argv[1]
-result = {}
-for rank in (0, 1):
-    up = torch.load(f"{out}/upstream_rank{rank}.pt")
-    for mode in ("pack", "pack_sp"):
-        got = torch.load(f"{out}/{mode}_rank{rank}.pt")
-        rel = lambda a, b: ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
-        result[f"{mode}_rank{rank}"] = {
-            "names": sorted(got["grads"]) == sorted(up["grads"]),
-            "loss": max(abs(a - b) / abs(b) for a, b in zip(got["losses"], up["losses"])),
-            "grad": max(rel(got["grads"][k], up["grads"][k]) for k in up["grads"]),
-            "param": max(rel(got["params"][k], up["params"][k]) for k in up["params"]),
-        }
-print(json.dumps(result))
-"""
-
-
 def test_pack_at_tensor_parallel_two_with_and_without_sequence_parallel(run_python, tmp_path) -> None:
     """TP=2 under gloo (torchrun, two ranks): the pack's kernels (norms, SwiGLU, RoPE, attention, and the
     vocabulary-parallel cross entropy) give upstream TP=2's losses, gradient shards and updated parameters;
     with sequence parallelism (upstream's torch norms refuse it) too, the norm weights marked for megatron's
     all-reduce of their gradients. (The two pack modes share one job: the same patches; each builds its own model
-    from the same seeds. Upstream's vendors are chosen at import: a job of its own.)"""
-    runs = {}
+    from the same seeds. Upstream's vendors are chosen at import: a job of its own, run first; the pack's job
+    compares each rank's shards with upstream's files.)"""
+    runs, compared = {}, {}
     for modes in ("upstream", "pack,pack_sp"):
         extra = {"GEMS_TP_MODE": modes, "GEMS_TP_OUT": str(tmp_path)}
         if modes != "upstream":
-            extra["MG_FL_PREFER"] = "flaggems"
+            extra.update(MG_FL_PREFER="flaggems", GEMS_TP_AGAINST="upstream")
         proc = run_python(
             "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(SUPPORT / "flaggems" / "gems_tp_interpret.py"),
             env=_env(**extra), check=False, timeout=300,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
         lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-        assert [line["mode"] for line in lines] == modes.split(","), proc.stdout[-2000:]
-        runs.update((line["mode"], line) for line in lines)
+        assert [line["mode"] for line in lines if "mode" in line] == modes.split(","), proc.stdout[-2000:]
+        runs.update((line["mode"], line) for line in lines if "mode" in line)
+        compared.update(c for line in lines for c in line.get("compared", {}).items())
     every_op = {"rms_norm": 10, "rotary": 8, "flash_attention": 4, "swiglu": 4, "vocab_parallel_cross_entropy": 2}
     for mode in ("pack", "pack_sp"):
         assert runs[mode]["calls"] == every_op and runs[mode]["fallbacks"] == [], runs[mode]
@@ -242,10 +272,7 @@ def test_pack_at_tensor_parallel_two_with_and_without_sequence_parallel(run_pyth
         "decoder.final_layernorm.weight",
         *(f"decoder.layers.{i}.{n}_layernorm.weight" for i in (0, 1) for n in ("input", "pre_mlp")),
     ]
-    proc = run_python("-c", _TP_COMPARE, str(tmp_path), env=_env(), check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    compared = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(compared) == 4
+    assert sorted(compared) == [f"{mode}_rank{rank}" for mode in ("pack", "pack_sp") for rank in (0, 1)], compared
     for key, c in compared.items():
         # fp32: other summation orders in the kernels; Adam's update amplifies it on near-zero gradients
         assert c["names"] and c["loss"] <= 1e-6 and c["grad"] <= 1e-5 and c["param"] <= 1e-4, (key, c)
@@ -261,12 +288,12 @@ print(bad[:10])
 """
 
 
-def test_host_grid_helpers_compute_what_triton_s_compute(run_python) -> None:
+def test_host_grid_helpers_compute_what_triton_s_compute(host_side) -> None:
     """The host code's plain-int cdiv / next_power_of_2 (triton 3.6's are slow constexpr functions)
     give triton's results: every grid and block size the kernels are launched with depends on them."""
-    proc = run_python("-c", _HOST_HELPERS_SNIPPET, env=triton_env(interpret=False), check=False, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout[-2000:]
+    part = host_side["host_helpers"]
+    assert part["exit"] == 0, part["why"]
+    assert part["stdout"].strip().splitlines()[-1] == "[]", part["stdout"][-2000:]
 
 
 _BORROW_SNIPPET = """
@@ -302,14 +329,13 @@ print(json.dumps({
 """
 
 
-def test_an_unseen_shape_borrows_the_nearest_measured_pick_instead_of_tuning(run_python, tmp_path) -> None:
+def test_an_unseen_shape_borrows_the_nearest_measured_pick_instead_of_tuning(host_side) -> None:
     """Issue 28's cold start: a shape with no stored pick takes the pick of the nearest stored shape of the
     same form (dtypes and flags equal; sizes nearest on a log scale), is not tuned on the first step, and the
     borrowed pick is never saved as if measured. (tests/impls/test_flaggems_gpu.py checks it on the real tuner.)"""
-    env = triton_env(interpret=False, FL_GEMS_CACHE_DIR=str(tmp_path))
-    proc = run_python("-c", _BORROW_SNIPPET, env=env, check=False, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    part = host_side["borrow"]
+    assert part["exit"] == 0, part["why"]
+    out = json.loads(part["stdout"].strip().splitlines()[-1])
     assert out == {
         "key": [4096, 2600, True, "torch.bfloat16", "torch.float32"], "borrowed": True, "again": False,
         "pick": True, "no_form": False, "other_cached": False, "saved": [2048, 2560, 8192], "not_a_tuner": None,
@@ -335,15 +361,15 @@ print(json.dumps({"current": current, "seeds": seeds}))
 """
 
 
-def test_every_shipped_seed_names_a_kernel_as_it_is_now(run_python) -> None:
+def test_every_shipped_seed_names_a_kernel_as_it_is_now(host_side) -> None:
     """The tuning seeds (``flaggems/tuned/*.json``) are keyed by each kernel's source and config list: a kernel whose
     source changed is tuned again from nothing on every new machine, its seed silently dead (the SwiGLU kernels'
     were, after a refactor that changed no compiled code: 14 configs tuned on an H100's first step). Every entry of
     every shipped seed file must name an autotuned kernel of the pack as it is now; a change to a seeded kernel
     re-keys its entries (same compiled code) or re-tunes them on a GPU."""
-    proc = run_python("-c", _SEEDS_SNIPPET, env=triton_env(interpret=False), check=False, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    part = host_side["seeds"]
+    assert part["exit"] == 0, part["why"]
+    out = json.loads(part["stdout"].strip().splitlines()[-1])
     assert out["seeds"], "no seed file shipped"
     for file, kernel_ids in out["seeds"].items():
         stale = [k for k in kernel_ids if k not in out["current"]]
@@ -353,11 +379,15 @@ def test_every_shipped_seed_names_a_kernel_as_it_is_now(run_python) -> None:
 def test_moe_permutation_kernels_inside_real_megatron_core(run_python) -> None:
     """--moe-permute-fusion under MG_FL_PREFER=flaggems: megatron's fused permute/unpermute move the tokens on the
     pack's kernels (counted, no fallback) and give megatron's unfused results on generated routings; a MoE GPT
-    trains identically with the fusions on and off. bf16 sums get a bf16 bound here: Triton's interpreter casts
-    fp32 to bf16 by truncation (numpy), the GPU rounds to nearest (the GPU tests hold the kernels to torch's
-    error there). The GPT has one MoE layer here (two in test_te_moe_fusions.py, without the interpreter): each
-    step's dispatch and combine go through the kernels forward and backward in it, as in every further layer."""
-    env = _env(MG_FL_PREFER="flaggems", PERMUTE_KERNELS="1", MOE_FUSION_CASES="30", MOE_TRAIN_LAYERS="1")
+    trains identically with the fusions on and off, on each dispatcher (alltoall, with its per-expert chunk sort,
+    and allgather). bf16 sums get a bf16 bound here: Triton's interpreter casts fp32 to bf16 by truncation
+    (numpy), the GPU rounds to nearest (the GPU tests hold the kernels to torch's error there). The GPT has one
+    MoE layer here (two in test_te_moe_fusions.py, without the interpreter): each step's dispatch and combine go
+    through the kernels forward and backward in it, as in every further layer. Its experts are sequential here:
+    the experts' GEMM form moves no token (the dispatchers call the permutation whichever it is), and
+    test_te_moe_fusions.py trains grouped experts too, on and off, with the same assertion."""
+    env = _env(MG_FL_PREFER="flaggems", PERMUTE_KERNELS="1", MOE_FUSION_CASES="30", MOE_TRAIN_LAYERS="1",
+               MOE_TRAIN_GEMMS="sequential")  # fmt: skip
     proc = run_python("-m", "fl_patch", str(SUPPORT / "moe_fusions" / "probe.py"), str(29990 - os.getpid() % 90),
                       env=env, check=False, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
@@ -369,6 +399,10 @@ def test_moe_permutation_kernels_inside_real_megatron_core(run_python) -> None:
     for key in ("permute_grad_x", "permute_grad_probs", "unpermute_grad", "unpermute_grad_probs"):
         assert r["fp32"][key] <= 1e-6 and r["bf16"][key] <= 2**-7, (key, r["fp32"], r["bf16"])
     assert r["fp32"]["unpermute_excess_error"] <= 1e-7 and r["bf16"]["unpermute_excess_error"] <= 2**-8, r
+    chunks = r["sort_chunks"]  # the alltoall dispatcher's regrouping, on the pack's chunk kernel
+    assert chunks["cases"] == 30 and chunks["sort_chunks"] == chunks["sort_chunks_probs"] == 0.0, chunks
+    assert chunks["sort_chunks_grad"] == 0.0, chunks
+    assert set(r["trained"]) == {"alltoall_sequential", "allgather_sequential"}, r["trained"]
     assert all(run["max_diff"] <= 1e-6 for run in r["trained"].values()), r["trained"]
 
 
@@ -383,8 +417,9 @@ def config(fused):
     return TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, apply_rope_fusion=fused,
                              use_cpu_initialization=True)
 
-torch.distributed.init_process_group("gloo", init_method="tcp://127.0.0.1:" + __import__("os").environ["GEMS_PORT"],
-                                     rank=0, world_size=1)
+if not torch.distributed.is_initialized():  # (in_megatron runs it after the other checks, in one process)
+    torch.distributed.init_process_group(
+        "gloo", init_method="tcp://127.0.0.1:" + __import__("os").environ["GEMS_PORT"], rank=0, world_size=1)
 out = {"kernel_code": rope_utils.fused_apply_rotary_pos_emb.__code__.co_filename.endswith("flaggems/rope.py")}
 torch.manual_seed(0)
 for interleaved in (False, True):
@@ -404,13 +439,12 @@ print(json.dumps(out))
 """
 
 
-def test_te_fused_rope_is_served_on_the_kernel_and_computes_upstreams_rope(run_python) -> None:
+def test_te_fused_rope_is_served_on_the_kernel_and_computes_upstreams_rope(in_megatron) -> None:
     """apply_rope_fusion=True (Megatron-LM's default) without TE: TransformerConfig takes it, and TE's fused RoPE name
     runs the pack's kernel, equal forward and backward to upstream's unfused bshd RoPE (plain and interleaved)."""
-    env = _env(MG_FL_PREFER="flaggems", GEMS_PORT=str(30300 + os.getpid() % 90))
-    proc = run_python("-c", _ROPE_FUSION, env=env, check=False, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    part = in_megatron["rope_fusion"]
+    assert part["exit"] == 0, part["why"]
+    out = json.loads(part["stdout"].strip().splitlines()[-1])
     assert out["kernel_code"], out
     for interleaved in ("False", "True"):
         assert max(out[interleaved]) < 1e-5, out

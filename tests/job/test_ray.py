@@ -132,18 +132,29 @@ def _trained(result: dict[str, object]) -> list[float]:
     return losses  # type: ignore[no-any-return]
 
 
-def test_actors_with_fl_patch_s_runtime_env_train_megatron_at_tp2(cluster: str, tmp_path: Path) -> None:
-    result, proc = _driver(cluster, "fl", tmp_path)
+@pytest.fixture(scope="module")
+def fl_run(cluster: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, object], str]:
+    """The job with fl_patch's runtime_env on two plain actors: its result and the driver's stderr."""
+    result, proc = _driver(cluster, "fl", tmp_path_factory.mktemp("fl"))
+    return result, proc.stderr
+
+
+def test_actors_with_fl_patch_s_runtime_env_train_megatron_at_tp2(fl_run: tuple[dict[str, object], str]) -> None:
+    result, stderr = fl_run
     _trained(result)
-    assert TOLD not in proc.stderr
+    assert TOLD not in stderr
 
 
-def test_a_worker_group_created_as_verl_creates_one_trains_the_same(cluster: str, tmp_path: Path) -> None:
+def test_a_worker_group_created_as_verl_creates_one_trains_the_same(
+    cluster: str, fl_run: tuple[dict[str, object], str], tmp_path: Path
+) -> None:
     """A placement group, per-actor runtime_env env_vars (RANK, MASTER_ADDR...), rank 0's address from a named actor."""
     verl, proc = _driver(cluster, "verl", tmp_path)
     assert [s["rank_env"] for s in verl["states"]] == ["0", "1"]  # type: ignore[union-attr]  # per-actor env_vars kept
-    # The losses of the plain actors' run of the same job (test above), to the last bit: the same seeds, the same patches.
-    assert _trained(verl) == [4.881535053253174, 4.875072002410889, 4.586716175079346]
+    # The losses of the plain actors' run of the same job, in this session: the same seeds, the same patches, the
+    # same layout (TP=2). Not to the last bit: the two jobs' actors are separate worker processes, and a CPU
+    # matmul's sums may be split differently between runs (seen: 4.8815346 against 4.8815351).
+    assert _trained(verl) == pytest.approx(_trained(fl_run[0]), rel=1e-6, abs=0)
     assert TOLD not in proc.stderr
 
 

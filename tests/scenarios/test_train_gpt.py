@@ -33,7 +33,12 @@ def train(tmp_path: Path, name: str, *args: str, ranks: int = 1, timeout: float 
     log = tmp_path / f"{name}.jsonl"
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"] if ranks > 1 else []
     command = [sys.executable, "-m", "fl_patch", *launcher, str(EXAMPLE), *args, "--log-file", str(log)]
-    proc = subprocess.run(command, env=clean_env(), cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    # One OpenMP thread in every process, as torchrun gives each of its workers (OMP_NUM_THREADS=1 when unset),
+    # one process alone included: this model is too small to gain from a second thread, and on a shared CPU
+    # the second one mostly spins waiting for a core (measured on this 2-core machine: an fp16 step took 2 to
+    # 10 times the CPU seconds with two). Runs whose losses are compared all run so.
+    env = clean_env(OMP_NUM_THREADS="1")
+    proc = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-8000:]}"
     return records(log), proc.stderr
 

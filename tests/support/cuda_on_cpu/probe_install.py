@@ -2,7 +2,9 @@
 
 Prints one JSON line: what CUDA calls did while installed (``during``), the targets whose
 original object did not come back (``restored``, expected empty) and what CUDA calls do
-after ``uninstall()`` (``after``: upstream again, raising on this CPU-only torch).
+after ``uninstall()`` (``after``: upstream again, raising on this CPU-only torch). ``torch.cuda.set_device`` is
+not called before megatron: its stand-in (``activation/cuda_use.py``) gives way to the transfer, which patches
+torch's own, and ``uninstall()`` leaves torch's own (``after`` says so).
 """
 
 from __future__ import annotations
@@ -50,12 +52,15 @@ before = {target: _own(target) for target in TARGETS}
 before["torch.cuda.set_device"] = getattr(
     before["torch.cuda.set_device"], "__wrapped__", before["torch.cuda.set_device"]
 )
+set_device_stand_in = torch.cuda.set_device
+set_device_torchs = getattr(set_device_stand_in, "__wrapped__", None)
 
 import megatron.core  # noqa: E402,F401  (fl_patch installs at the first megatron import)
 
 import fl_patch  # noqa: E402
 
 assert fl_patch.is_installed()
+set_device_transferred = torch.cuda.set_device
 
 
 def _raises(call: object) -> bool:
@@ -126,5 +131,10 @@ after = {
     "pinned_empty_raises": _raises(lambda: torch.empty(2, pin_memory=True)),
     "set_device_raises": _raises(lambda: torch.cuda.set_device(0)),
     "is_available": torch.cuda.is_available(),
+    # Read after uninstall(): while installed, set_device_torchs (bound before) is rebound as any alias is. Before
+    # megatron a stand-in over torch's own; installed, the transfer's (neither); after uninstall(), torch's own.
+    "set_device_was_a_stand_in": set_device_torchs is not None and set_device_stand_in is not set_device_torchs,
+    "set_device_transferred": set_device_transferred not in (set_device_stand_in, set_device_torchs),
+    "set_device_is_torchs": torch.cuda.set_device is set_device_torchs,
 }
 print(json.dumps({"during": during, "restored": restored, "after": after, "pid": os.getpid()}))

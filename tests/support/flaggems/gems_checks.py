@@ -621,20 +621,25 @@ def interpret_cases() -> list[Case]:
 
 
 def main(argv: list[str]) -> int:
-    """``python gems_checks.py [interpret|gpu]``: run the case list, one JSON line a case; exit 1 on a failure."""
+    """``python gems_checks.py [interpret|gpu]``: run the case list, one JSON line a case; exit 1 on a failure.
+    ``interpret BLOCKS`` (JSON): the attention cases alone, with those interpreted block shapes."""
     which = argv[1] if len(argv) > 1 else "interpret"
     device = "cpu" if which == "interpret" else "cuda"
     cases = interpret_cases() if which == "interpret" else gpu_cases()
-    if which == "interpret" and len(argv) > 2:  # the attention kernels with another block-shape relation
-        from fl_patch.impls.flaggems.kernels import attention
+    from fl_patch.impls.flaggems.kernels import attention
 
+    shipped = dict(attention._INTERPRETED)
+    if which == "interpret" and len(argv) > 2:  # the attention kernels with another block-shape relation
         attention._INTERPRETED.update(json.loads(argv[2]))
         cases = [c for c in cases if c.op == "attention"]
     failed = 0
-    for case in cases:
-        result = check(case, device)
-        failed += bool(result["problems"])
-        print(json.dumps(result), flush=True)
+    try:
+        for case in cases:
+            result = check(case, device)
+            failed += bool(result["problems"])
+            print(json.dumps(result), flush=True)
+    finally:  # the shipped blocks again, for what runs next in this process (tests/support/flaggems/gems_parts.py)
+        attention._INTERPRETED.update(shipped)
     print(json.dumps({"cases": len(cases), "failed": failed}), flush=True)
     return 1 if failed else 0
 

@@ -106,20 +106,26 @@ def _signature(kernel: triton.JITFunction, constexprs: dict) -> dict:
 
 
 def _attention_cases() -> list[tuple]:
-    cases = []
-    for causal, head_dim, block_d, precision in ((True, 128, 128, "tf32"), (False, 80, 128, "ieee")):
-        common = {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_D": block_d, "PRECISION": precision}
-        cases += [
-            (attention._attn_fwd, {**common, "BLOCK_M": 128, "BLOCK_N": 64}, 8),
-            (attention._attn_bwd_dq, {**common, "BLOCK_M": 128, "BLOCK_N": 32}, 4),
-            (attention._attn_bwd_dkdv, {**common, "BLOCK_M": 32, "BLOCK_N": 128}, 4),
-        ]
+    """The tiles the pack launches: for half input (tf32, tensor cores) each kernel's fixed config, the first of its
+    autotune list (``attention._FWD``, ``_DQ``, ``_DKDV``); for IEEE products (the pack's fp32 input) its tiles
+    ``attention._SMALL``, on the bf16 pointers of POINTERS (fp32 operands compile several times as long). The two
+    differ in every other flag too: causal or not, head dim 128 or 80 (masked to BLOCK_D 128)."""
+    cases: list[tuple] = []
+    for causal, head_dim, precision in ((True, 128, "tf32"), (False, 80, "ieee")):
+        common = {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_D": 128, "PRECISION": precision}
+        for kernel, kind, table in (
+            (attention._attn_fwd, "fwd", attention._FWD),
+            (attention._attn_bwd_dq, "dq", attention._DQ),
+            (attention._attn_bwd_dkdv, "dkdv", attention._DKDV),
+        ):
+            block_m, block_n, warps, stages = table[0] if precision == "tf32" else attention._SMALL[kind]
+            cases.append((kernel, {**common, "BLOCK_M": block_m, "BLOCK_N": block_n}, warps, stages))
     cases.append((attention._attn_bwd_delta, {"HEAD_DIM": 80, "BLOCK_D": 128, "BLOCK_M": 64}, 4))
     return cases
 
 
 def cases() -> list[tuple]:
-    """(kernel, constexprs, num_warps) for every branch of every kernel the pack launches."""
+    """(kernel, constexprs, num_warps[, num_stages]) for every branch of every kernel the pack launches."""
     out = _attention_cases()
     out += [
         (cross_entropy._ce_fwd, {"SMOOTH": True, "BLOCK": 4096}, 8),
@@ -150,8 +156,9 @@ def cases() -> list[tuple]:
         (moe_permute._weight_grad, {"BLOCK_H": 1024}, 4),
         (moe_permute._map_columns, {"BLOCK_T": 1024}, 4),
         (moe_permute._map_rows, {"BLOCK_T": 64, "E_PAD": 64}, 4),
-        (moe_permute._sort_chunks, {"REVERSE": False, "HAS_P": True, "BLOCK_R": 32, "BLOCK_H": 1024, "C_PAD": 256}, 4),
-        (moe_permute._sort_chunks, {"REVERSE": True, "HAS_P": False, "BLOCK_R": 32, "BLOCK_H": 1024, "C_PAD": 8}, 4),
+        # the tiles moe_permute._sort launches (BLOCK_R = 8192 // BLOCK_H, 8 warps) at hidden 1024 and 2048
+        (moe_permute._sort_chunks, {"REVERSE": False, "HAS_P": True, "BLOCK_R": 8, "BLOCK_H": 1024, "C_PAD": 256}, 8),
+        (moe_permute._sort_chunks, {"REVERSE": True, "HAS_P": False, "BLOCK_R": 4, "BLOCK_H": 2048, "C_PAD": 8}, 8),
     ]
     # HW: the GPU's fp8 conversion (what runs on a GPU), and the integer path once
     e4m3, e5m2 = ({"MANT": 3, "BIAS": 7, "EMIN": -6, "HW": True}, {"MANT": 2, "BIAS": 15, "EMIN": -14, "HW": True})
@@ -206,10 +213,11 @@ def cases() -> list[tuple]:
 def main() -> int:
     failed = 0
     done = 0
-    for kernel, constexprs, warps in cases():
+    for kernel, constexprs, *launch in cases():
         names = [p.name for p in kernel.params]
         missing = [p.name for p in kernel.params if p.is_constexpr and p.name not in constexprs]
-        case = {"kernel": kernel.__name__, "constexprs": constexprs, "num_warps": warps}
+        options = dict(zip(("num_warps", "num_stages"), launch, strict=False))
+        case = {"kernel": kernel.__name__, "constexprs": constexprs, **options}
         start = time.perf_counter()
         try:
             if missing:
@@ -219,7 +227,7 @@ def main() -> int:
                 signature=_signature(kernel, constexprs),
                 constexprs={(names.index(k),): v for k, v in constexprs.items()},
             )
-            compiled = triton.compile(source, target=TARGET, options={"num_warps": warps})
+            compiled = triton.compile(source, target=TARGET, options=options)
             case["ok"] = "cubin" in compiled.asm and len(compiled.asm["cubin"]) > 0
         except Exception as exc:  # noqa: BLE001  (report every kernel, not only the first failure)
             case["ok"] = False
@@ -229,7 +237,7 @@ def main() -> int:
         failed += not case["ok"]
         done += 1
         print(json.dumps(case), flush=True)
-    kernels = sorted({kernel.__name__ for kernel, _, _ in cases()})
+    kernels = sorted({kernel.__name__ for kernel, *_ in cases()})
     print(json.dumps({"compiled": done, "failed": failed, "kernels": kernels}), flush=True)
     return 1 if failed else 0
 

@@ -1,7 +1,8 @@
 """The FlagGems pack inside real megatron-core 0.19.2 on a CPU, kernels in Triton's interpreter.
 
 Run by ``tests/impls/test_flaggems_interpret.py`` with ``TRITON_INTERPRET=1``,
-``MG_FL_PREFER=flaggems`` and ``.cache/triton-cpu`` on PYTHONPATH. fl_patch is
+``MG_FL_PREFER=flaggems`` and ``.cache/triton-cpu`` on PYTHONPATH (through ``gems_parts.py``,
+first of the checks that share its process). fl_patch is
 installed before megatron is imported, as ``python -m fl_patch`` would. Checks:
 every target of the pack is applied; modules megatron builds carry the pack's
 forward; each impl's result and gradients equal upstream's original function on
@@ -54,10 +55,12 @@ def close(a: torch.Tensor, b: torch.Tensor, what: str, bound: float = 1e-5) -> N
 
 def main() -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("GEMS_PORT", "29531"))
-    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+    if not torch.distributed.is_initialized():  # gems_parts.py runs it after another check in one process
+        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
     from megatron.core import parallel_state
 
-    parallel_state.initialize_model_parallel(1, 1)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(1, 1)
     import megatron.core.fusions.fused_cross_entropy
     import megatron.core.optimizer  # noqa: F401  (the optimizer patches too)
     from megatron.core import tensor_parallel

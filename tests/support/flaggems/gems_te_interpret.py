@@ -7,7 +7,8 @@ TE's module tree; a dense TE-spec GPT (RMSNorm, GQA, SwiGLU, RoPE) and a LayerNo
 gamma give the same loss and gradients with the pack's kernels as with the functions they replace (the
 originals, swapped back in on the same model); an MoE TE-spec GPT (4 experts, top 2, grouped GEMM, the
 weighted SwiGLU fusion) too, its grouped GEMM handed back on a CPU and said once; a padding mask goes to
-SDPA, said once. Prints one JSON line; exits non-zero on a failed check.
+SDPA, said once. Prints one JSON line; exits non-zero on a failed check. (The test runs it through
+``gems_parts.py``, after ``gems_megatron_interpret.py`` in the same process.)
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def main() -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("GEMS_PORT", "29533"))
-    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+    if not torch.distributed.is_initialized():  # gems_parts.py runs it after another check in one process
+        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
     from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
@@ -43,7 +45,8 @@ def main() -> None:
     from fl_patch.impls.flaggems.registry import TE_PATCHES
     from fl_patch.impls.te import modules as te_modules
 
-    parallel_state.initialize_model_parallel(1, 1)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(1, 1)
     records = {r.target: r for r in fl_patch.report() if r.vendor == "flaggems"}
     te_targets = {t for t, *_ in TE_PATCHES}
     spec_targets = {t for t in records if ".TE" in t or t.endswith("LayerNormImpl")}

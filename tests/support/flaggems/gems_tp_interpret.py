@@ -13,7 +13,10 @@ local-spec GPT (fp32, weights initialized on the CPU so every TP layout holds th
 for two steps with megatron DDP, ``finalize_model_grads`` and ``get_megatron_optimizer``, and
 saves its losses, its gradient shards after the first backward and its parameter shards after
 the second step to ``GEMS_TP_OUT/<mode>_rank<r>.pt``; rank 0 prints one JSON line per mode
-(which pack ops ran in that mode, its fallbacks).
+(which pack ops ran in that mode, its fallbacks). ``GEMS_TP_AGAINST`` (optional): a mode an earlier job saved
+to ``GEMS_TP_OUT``; each rank then compares its shards of every mode of this job with that mode's (same parameter
+names; the largest relative difference of a loss, a gradient shard, a parameter shard), and rank 0 prints them all
+as one more JSON line, ``{"compared": {"<mode>_rank<r>": ...}}``.
 """
 
 from __future__ import annotations
@@ -107,7 +110,30 @@ def main() -> None:
                 # a replaced class is fl_patch's stand-in named where the target lives: the impl is in its MRO
                 "optimizer_mro": [c.__name__ for c in type(optimizer.optimizer).__mro__] if hasattr(optimizer, "optimizer") else [],
             }), flush=True)  # fmt: skip
+    against = os.environ.get("GEMS_TP_AGAINST")
+    if against:
+        compared = {f"{mode}_rank{rank}": _compare(out_dir, mode, against, rank) for mode in modes}
+        every: list[dict | None] = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(every, compared)
+        if rank == 0:
+            print(json.dumps({"compared": {k: v for ranks in every for k, v in ranks.items()}}), flush=True)
     torch.distributed.destroy_process_group()
+
+
+def _compare(out_dir: str, mode: str, against: str, rank: int) -> dict[str, object]:
+    """This rank's saved shards of ``mode`` against those ``against`` saved: the largest relative differences."""
+    got = torch.load(os.path.join(out_dir, f"{mode}_rank{rank}.pt"))
+    ref = torch.load(os.path.join(out_dir, f"{against}_rank{rank}.pt"))
+
+    def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+        return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+    return {
+        "names": sorted(got["grads"]) == sorted(ref["grads"]),
+        "loss": max(abs(a - b) / abs(b) for a, b in zip(got["losses"], ref["losses"], strict=True)),
+        "grad": max(rel(got["grads"][k], ref["grads"][k]) for k in ref["grads"]),
+        "param": max(rel(got["params"][k], ref["params"][k]) for k in ref["params"]),
+    }
 
 
 if __name__ == "__main__":

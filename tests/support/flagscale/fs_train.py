@@ -8,11 +8,17 @@ Each rank writes what happened at each step to ``<out>.rank<N>.json``:
 * ``grad_norm``: what the optimizer reported;
 * ``local_sq``: this rank's own sum of squared main grads (for a hand computation);
 * ``found_inf``: whether the step was skipped; ``lr``: the scheduler's lr;
-* ``loss``; and which plugin functions ran.
+* ``loss``; and which plugin functions ran (``plugin_calls``: since the process started).
 
 ``--groups two`` makes the optimizer's grad-stats group a list of two process groups
 (both spanning every rank), which upstream cannot take; ``--inject-inf-step K`` puts
 an inf into rank 0's gradients at step K only.
+
+``--precision fp16,fp32,bf16`` trains once per precision, one after the other in this process
+(the environment, hence fl_patch's activation, is the same for all: one interpreter start and
+one megatron import for all of them), each from a fresh model, optimizer, scheduler, model-parallel
+state and the same RNG state, and writes ``<out>.<precision>.rank<N>.json``; one precision writes
+``<out>.rank<N>.json``.
 """
 
 from __future__ import annotations
@@ -47,27 +53,51 @@ def _code_module(function: object) -> str | None:
     return ".".join(parts[-4:])
 
 
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def _precisions(text: str) -> list[str]:
+    names = text.split(",")
+    if any(name not in _DTYPES for name in names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"a comma-separated list of distinct {'/'.join(_DTYPES)}: {text!r}")
+    return names
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--groups", choices=("one", "two"), default="one")
     p.add_argument("--inject-inf-step", type=int, default=-1)
     p.add_argument("--out", required=True)
-    p.add_argument("--precision", choices=("fp16", "bf16", "fp32"), default="fp16")
+    p.add_argument("--precision", type=_precisions, default=["fp16"])
     args = p.parse_args()
-    fp16, bf16 = args.precision == "fp16", args.precision == "bf16"
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.precision]
 
     if "RANK" in os.environ:
         dist.init_process_group("gloo")
     else:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     rank = dist.get_rank()
+    seed = torch.initial_seed()
+    for precision in args.precision:
+        torch.default_generator.manual_seed(seed)  # each run starts from the state the first one had
+        result = train(args, precision, rank)
+        out = args.out if len(args.precision) == 1 else f"{args.out}.{precision}"
+        with open(f"{out}.rank{rank}.json", "w") as fh:
+            json.dump(result, fh)
+        parallel_state.destroy_model_parallel()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace, precision: str, rank: int) -> dict:
+    """One training run in ``precision``; what happened at each step and which impls ran."""
+    fp16, bf16 = precision == "fp16", precision == "bf16"
+    dtype = _DTYPES[precision]
     parallel_state.initialize_model_parallel(1, 1)
     model_parallel_cuda_manual_seed(1234)
 
     config = TransformerConfig(
-        num_layers=2,
+        num_layers=1,  # every override runs once per step whatever the depth: one layer is enough
         hidden_size=32,
         num_attention_heads=4,
         use_cpu_initialization=True,
@@ -189,7 +219,7 @@ def main() -> None:
     clip_grads_plugin = sys.modules.get("megatron.plugin.optimizer.clip_grads")
     if clip_grads_plugin is not None:
         plugin_calls["musa"] = len(clip_grads_plugin.MUSA_CALLS)
-    result = {
+    return {
         "rank": rank,
         "world_size": dist.get_world_size(),
         "steps": steps,
@@ -206,10 +236,6 @@ def main() -> None:
         "grad_norm_impl": _code_module(sys.modules["megatron.core.optimizer.optimizer"].get_grad_norm_fp32),
         "unscale_impl": _code_module(getattr(type(inner), "_unscale_main_grads_and_check_for_nan", None)),
     }
-    with open(f"{args.out}.rank{rank}.json", "w") as fh:
-        json.dump(result, fh)
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

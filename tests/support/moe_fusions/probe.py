@@ -7,7 +7,8 @@ the unfused; megatron's indices-to-multihot converter against a loop; and a MoE 
 
 Prints one JSON line; tests/impls/test_te_moe_fusions.py asserts on it. ``PERMUTE_KERNELS=1``: the row movement is
 counted (the FlagGems pack's kernels in Triton's interpreter, when the pack is the vendor). ``MOE_FUSION_CASES``: how
-many generated cases (120); ``MOE_TRAIN_LAYERS``: the trained GPT's layers, each a MoE layer (2).
+many generated cases (120); ``MOE_TRAIN_LAYERS``: the trained GPT's layers, each a MoE layer (2);
+``MOE_TRAIN_GEMMS``: the experts' GEMM forms each dispatcher trains with, comma-separated (``sequential,grouped``).
 """
 
 from __future__ import annotations
@@ -258,6 +259,7 @@ def main() -> None:
     ps.initialize_model_parallel()
     n_cases = int(os.environ.get("MOE_FUSION_CASES", "120"))
     layers = int(os.environ.get("MOE_TRAIN_LAYERS", "2"))
+    gemms = os.environ.get("MOE_TRAIN_GEMMS", "sequential,grouped").split(",")
     if os.environ.get("PERMUTE_KERNELS") == "1":
         _count("permute_rows")
         _count("unpermute_rows")
@@ -280,10 +282,11 @@ def main() -> None:
     }
     trained = {}
     for dispatcher in ("alltoall", "allgather"):
-        for grouped in (False, True):
+        for gemm in gemms:
+            grouped = {"sequential": False, "grouped": True}[gemm]
             on = train_moe(dispatcher, grouped, True, layers=layers)
             off = train_moe(dispatcher, grouped, False, layers=layers)
-            trained[f"{dispatcher}_{'grouped' if grouped else 'sequential'}"] = {
+            trained[f"{dispatcher}_{gemm}"] = {
                 "on": on,
                 "off": off,
                 "max_diff": max(abs(a - b) for a, b in zip(on, off, strict=True)),
