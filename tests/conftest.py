@@ -53,6 +53,13 @@ for _name in list(os.environ):
         del os.environ[_name]
 
 
+# One OpenMP thread in every interpreter a test starts (torchrun already gives each of its workers one): the suite
+# runs two pytest-xdist workers on two cores, each mostly waiting on such a child, so a child's second thread finds
+# no idle core and spins (an fp16 step of the demo took 2 to 10 times the CPU time with two). Set before any child
+# starts; a test that wants another count sets its own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
 def clean_env(**overrides: str) -> dict[str, str]:
     """os.environ without fl_patch variables, with the repo and test support on PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if not (k.startswith("FL_PATCH") or k == "MG_FL_PREFER")}

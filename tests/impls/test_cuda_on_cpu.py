@@ -282,12 +282,14 @@ def test_every_context_stand_in_can_be_entered_again_and_nested() -> None:
 
 # A CUDA script in the usual order: set_device(local_rank) and a CUDA tensor first, megatron after.
 SET_DEVICE_FIRST = """
-import os, torch
+import os, sys, torch
 local_rank = int(os.environ.get("LOCAL_RANK", "0"))
 torch.cuda.set_device(local_rank)
 x = torch.ones(2, device="cuda")
 from megatron.core import parallel_state  # noqa: E402
-print("RANK-OK", local_rank, torch.cuda.current_device(), x.device.type, flush=True)
+# one write of the whole line: torchrun's two workers share the pipe, and print's pieces could interleave
+sys.stdout.write(f"RANK-OK {local_rank} {torch.cuda.current_device()} {x.device.type}\\n")
+sys.stdout.flush()
 """
 
 
