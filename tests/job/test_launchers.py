@@ -58,8 +58,9 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def restarted_job(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
     """One standalone job of two ranks that agree, under ``--report``, restarted once: rank 1 exits on the first
-    attempt (before it imports torch) and torchrun (``--max-restarts 1``) starts both ranks again. The two tests
-    below read it: a job that trains on and reports once, merged (the second attempt's report), and the restart."""
+    attempt (before it imports megatron or joins a group) and torchrun (``--max-restarts 1``) starts both ranks
+    again. The two tests below read it: a job that trains on and reports once, merged (the second attempt's
+    report), and the restart."""
     args = [*FL_PATCH, "--report", *TORCHRUN, "--standalone", "--nproc-per-node", "2"]
     args += ["--max-restarts", "1", str(WORKER), "--fail-once", "1"]
     return _run(args, _env(), tmp_path_factory.mktemp("restarted_job"))
@@ -76,7 +77,8 @@ def test_torchrun_ranks_that_agree_train_on_and_report_once_merged(
     assert sorted(j["rank"] for j in jobs) == [0, 1], seen
     assert all(j["check"] == "applied" and j["sum"] == 4.0 for j in jobs), seen
     # One merged view for the two workers, not a report per worker; torchrun's agent, which patched nothing, says
-    # nothing after it (a "0 applied" line from the launcher would read as the job's outcome).
+    # nothing after it (a "0 applied" line from the launcher would read as the job's outcome), nor does the first
+    # attempt's rank 1, which ended before it imported megatron: its "0 applied" line read the same way.
     assert proc.stderr.count("fl_patch report, merged over 2 process(es) (ranks 0-1)") == 1, seen
     assert "0 differ" in proc.stderr and "megatron.core.utils.divide" in proc.stderr, seen
     assert "calls: 1 each" in proc.stderr, seen

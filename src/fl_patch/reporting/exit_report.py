@@ -315,8 +315,8 @@ def _report_at_exit() -> None:
             _append_json(settings.report_file, records)
         elif RUNTIME.report_sink is not None and RUNTIME.report_sink(records):
             pass  # a rank of a job: rank 0 prints the job's merged report (fl_patch.job.report)
-        elif _idle_launcher(records):
-            pass  # torchrun's agent, which imported nothing it patches: its ranks' report says what ran
+        elif _idle_in_a_job(records):
+            pass  # torchrun's agent, or a rank ended before it imported a patched module: the job's report says what ran
         else:
             stream = sys.stderr
             if stream is not None and not stream.closed:
@@ -331,13 +331,23 @@ def _report_at_exit() -> None:
             pass
 
 
-def _idle_launcher(records: list[PatchRecord]) -> bool:
-    """torchrun's agent with nothing applied and no problem: a "0 applied" line after the job's report only misleads."""
-    from fl_patch.host.ranks import is_elastic_agent  # standard library only
+def _idle_in_a_job(records: list[PatchRecord]) -> bool:
+    """A process of a job that applied nothing and has no problem, whose own "0 applied" line would only mislead.
+
+    torchrun's agent, which launches the ranks and is none of them; and a rank other than rank 0 that ended before
+    it imported a patched module (it crashed, or torchrun stopped it when another rank failed): it joined no process
+    group, so its records are in no merged report, and that report (of the job, or of its restarted attempt) already
+    names the ranks that did not report. Rank 0 still prints its line: in a job where no rank imports a patched
+    module, that one line is the job's report.
+    """
+    from fl_patch.host.ranks import is_elastic_agent, process_rank  # standard library only
 
     if any(r.status is Status.APPLIED or r.status.is_problem for r in records):
         return False
-    return is_elastic_agent()
+    if is_elastic_agent():
+        return True
+    rank = process_rank()
+    return rank.rank is not None and rank.rank != 0 and (rank.world or 0) > 1
 
 
 # Redaction of the command line kept in the report (the JSON goes to shared storage, CI logs).

@@ -19,13 +19,14 @@ parser.add_argument(
 )
 args = parser.parse_args()
 
+import torch  # noqa: E402
+
 if args.fail_once is not None and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
     if int(os.environ["RANK"]) == args.fail_once:
-        # Dies as a crashed rank does (no exit handlers, so no exit report of its own), before it imports torch:
-        # the attempt fails at once, and its other rank is stopped sooner.
-        os._exit(3)
+        # Ends as a rank that fails before its first megatron import does (its exit handlers run, fl_patch's exit
+        # report among them), before it joins a process group: the attempt fails, torchrun restarts both ranks.
+        raise SystemExit(3)
 
-import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 if args.init_first:
