@@ -98,7 +98,7 @@ def _deadlock_case(what: str, how: str) -> HostileCase:
     )
 
 
-_DEADLOCK = [_deadlock_case(what, how) for what in _WORKER_IMPORTS for how in _WAITS]
+DEADLOCK = [_deadlock_case(what, how) for what in _WORKER_IMPORTS for how in _WAITS]
 
 # The same on real megatron-core: the impl of a function in megatron.core.utils (loaded while
 # megatron.core itself is loading) has a worker import megatron.core and waits for it.
@@ -393,7 +393,7 @@ _RESTORED_MEGATRON = HostileCase(
 )
 
 CASES = [
-    *_DEADLOCK,
+    *DEADLOCK,
     _DEADLOCK_MEGATRON,
     *_CHAIN,
     *_CHAIN_MEGATRON,
