@@ -170,3 +170,29 @@ def test_report_options_are_refused_without_a_report() -> None:
     assert proc.returncode == 2 and "--only goes with --list, --check, --report or --compare" in proc.stdout
     proc = _run("--why", "--check")
     assert proc.returncode == 2 and "--why goes with --list" in proc.stdout
+
+
+def test_a_vendor_not_chosen_here_is_said_with_what_runs_and_the_setting_that_chooses_it(tmp_path: Path) -> None:
+    """A plugin registering under its own vendor name (FlagScale's ``vendor="acme"``) without ``MG_FL_PREFER``: its
+    impls are fine but do not run here (the default vendor's does, else upstream). ``--check``'s "ok" and
+    ``--list``'s "other vendor chosen" alone let a new user believe their plugin runs: both say what runs
+    instead and the setting that chooses theirs, on the row itself."""
+    (tmp_path / "acme_reg.py").write_text(
+        "from fl_patch import register\n"
+        "register(target='megatron.core.utils.divide', impl='acme_impls.divide', vendor='acme')\n"
+    )
+    (tmp_path / "acme_impls.py").write_text(
+        "def divide(numerator, denominator):\n    return numerator // denominator\n"
+    )
+    env = clean_env(COLUMNS=str(SCREEN_COLUMNS))
+    for mode in ("--list", "--check"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "fl_patch", "--registry", "acme_reg", mode],
+            env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout
+        rows = _rows_of(_first_screen(proc.stdout), "megatron.core.utils.divide")
+        said = " ".join(" ".join(rows).split())  # wrapped lines joined
+        assert "not chosen here: " in said and "upstream runs" in said, (mode, proc.stdout)
+        assert "MG_FL_PREFER=acme chooses it" in said, (mode, proc.stdout)
+        _assert_fits(proc.stdout)
