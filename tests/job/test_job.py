@@ -226,3 +226,18 @@ def test_a_rank_that_never_comes_is_named_after_the_timeout() -> None:
     assert isinstance(lead, CheckFailed) and lead.lead
     assert "rank 2 of the process group 'default' (3 ranks) did not take part" in lead.message
     assert "ranks 0-1 did" in lead.message and "fl_patch is not active there" in lead.message
+
+
+def test_the_exit_report_goes_through_the_store_only_in_a_job_of_several_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script that makes a group of world size 1 (the demo does) has nothing to merge: its own report, not
+    "merged over 1 process(es)... on every one, 0 differ"; a group of two sends its report through the store."""
+    from fl_patch.job import rank_check
+    from fl_patch.job.report import JobReport
+    from fl_patch.runtime import RUNTIME
+
+    monkeypatch.setattr(RUNTIME, "settings", types.SimpleNamespace(report_at_exit=True, report_file=None))
+    monkeypatch.setattr(RUNTIME, "report_sink", None)
+    rank_check._attach_report(object(), 0, 1)
+    assert RUNTIME.report_sink is None
+    rank_check._attach_report(object(), 0, 2)
+    assert isinstance(RUNTIME.report_sink, JobReport) and RUNTIME.report_sink.world == 2

@@ -306,7 +306,12 @@ def _checked(store: Any, label: str, members: list[int], me: int, settings: Sett
 
 
 def _attach_report(store: Any, rank: int, world: int) -> None:
-    """In report mode, the job's exit reports are merged through this group's store (``job/report.py``)."""
+    """In report mode, the job's exit reports are merged through this group's store (``job/report.py``).
+
+    Not in a job of one process (a script that makes a group of world size 1): there is nothing to merge, and its
+    own report says what ran without "merged over 1 process(es)... on every one, 0 differ"."""
+    if world <= 1:
+        return
     if RUNTIME.settings is not None and RUNTIME.settings.report_at_exit and not RUNTIME.settings.report_file:
         from fl_patch.job.report import JobReport
 
