@@ -29,6 +29,8 @@ _MODULE = "triton.runtime.interpreter"
 
 
 def _patch_once(interpreter: ModuleType) -> None:
+    if not all(hasattr(interpreter, name) for name in ("_patch_lang", "GridExecutor", "tl")):
+        return  # another Triton than 3.6's layout: its interpreter runs as it is (slower, the same results)
     original = interpreter._patch_lang
     launch_cls = interpreter.GridExecutor
     language = (interpreter.tl, interpreter.tl.core)
