@@ -74,16 +74,9 @@ def clean_env(**overrides: str) -> dict[str, str]:
 TRITON_CPU = REPO / ".cache" / "triton-cpu"
 
 
-# Triton's interpreter with triton.language patched once per kernel launch, not again at every helper call
-# (tests/support/triton_interpreter/sitecustomize.py says why: about a fifth of an interpreter test's CPU).
-TRITON_INTERPRETER_SUPPORT = SUPPORT / "triton_interpreter"
-
-
 def triton_env(interpret: bool, **extra: str) -> dict[str, str]:
-    """clean_env with .cache/triton-cpu first on PYTHONPATH; ``interpret``: TRITON_INTERPRET=1 (and the patch-once
-    sitecustomize of tests/support/triton_interpreter)."""
-    first = [TRITON_CPU, TRITON_INTERPRETER_SUPPORT] if interpret else [TRITON_CPU]
-    env = clean_env(PYTHONPATH=support_pythonpath(*first), PYTHONWARNINGS="ignore")
+    """clean_env with .cache/triton-cpu first on PYTHONPATH; ``interpret``: TRITON_INTERPRET=1."""
+    env = clean_env(PYTHONPATH=support_pythonpath(TRITON_CPU), PYTHONWARNINGS="ignore")
     env.pop("TRITON_INTERPRET", None)
     if interpret:
         env["TRITON_INTERPRET"] = "1"

@@ -55,8 +55,8 @@ def _spread(cases: list[HostileCase]) -> list[HostileCase]:
     chosen: list[HostileCase] = []
     for group in dict.fromkeys(case.group for case in cases):
         mine = [case for case in cases if case.group == group]
-        picked = set(range(0, len(mine), _prime_stride(math.ceil(len(mine) / PER_CLASS))))
-        chosen.extend(case for i, case in enumerate(mine) if i in picked or case.label in whole)
+        stride = _prime_stride(math.ceil(len(mine) / PER_CLASS))
+        chosen.extend(case for i, case in enumerate(mine) if i % stride == 0 or case.label in whole)
     return chosen
 
 

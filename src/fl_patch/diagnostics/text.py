@@ -114,8 +114,7 @@ def _list_rows(rows: Sequence[Listed], *, why: bool, width: int, ours: bool) -> 
             if e.status in _PROBLEM_STATUSES and e.detail:
                 lines += wrap(e.detail, width, "      ")
             elif ours and e.vendor != e.chosen_vendor:
-                runs = f"{e.detail}; " if e.detail else ""
-                lines += wrap(f"not chosen here: {runs}MG_FL_PREFER={e.vendor} chooses it", width, "      ", "        ")
+                lines += wrap(_not_chosen(e.vendor, e.chosen_vendor, e.detail), width, "      ", "        ")
             if why:
                 lines += _doc_lines(e, width, ours)
     return lines
@@ -148,10 +147,13 @@ def _notes(r: CheckResult) -> list[str]:
     return notes + ([gate] if gate else [])
 
 
-def _not_chosen(r: CheckResult) -> str:
-    """A user's row whose vendor is not the one chosen here: what runs instead, and the setting that picks it."""
-    runs = f"vendor {r.chosen_vendor}'s impl runs" if r.chosen_vendor else "upstream runs (no impl of the vendors here)"
-    return f"not chosen here: {runs}; MG_FL_PREFER={r.vendor} chooses it"
+def _not_chosen(vendor: str, chosen_vendor: str | None, detail: str | None = None) -> str:
+    """A user's row whose vendor is not the one chosen here: what runs instead (the engine's ``detail`` where
+    the row has it), and the setting that picks it."""
+    runs = detail or (
+        f"vendor {chosen_vendor}'s impl runs" if chosen_vendor else "upstream runs (no impl of the vendors here)"
+    )
+    return f"not chosen here: {runs}; MG_FL_PREFER={vendor} chooses it"
 
 
 def _check_rank(r: CheckResult) -> int:
@@ -250,7 +252,7 @@ def _check_rows(rows: Sequence[CheckResult], width: int, *, shared: set[str]) ->
             where = f"  (registered at {r.where})" if r.where and r.pack == NOT_IN_A_PACK else ""
             lines += wrap(f"impl {r.impl}{where}", width, "      ", "        ")
             if r.pack == NOT_IN_A_PACK and r.engine_status is not None and r.vendor != r.chosen_vendor:
-                lines += wrap(_not_chosen(r), width, "      ", "        ")
+                lines += wrap(_not_chosen(r.vendor, r.chosen_vendor), width, "      ", "        ")
             for note in _notes(r):
                 if note not in shared:
                     lines += wrap(note, width, "      ", "        ")
