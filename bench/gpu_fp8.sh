@@ -68,7 +68,7 @@ CURVES=/tmp/fp8_curves
 mkdir -p "$RUNS" "$CURVES"
 BUDGET_NAME=FP8_BUDGET_S
 source "$(dirname "$0")/support/stages.sh"  # stage, fits
-nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem,power.limit --format=csv
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,power.max_limit --format=csv
 python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())"
 WORKERS=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${FP8_TEST_WORKERS:-6}" || echo "")
 gpt=(python3 tests/support/flaggems/gems_gpt.py --mode throughput)
@@ -84,9 +84,10 @@ run() {  # run NAME SECONDS GEMS_GPT_FLAGS...: one gems_gpt run into $RUNS/NAME.
 # 32 sequences a step: 8 x 4 where the card holds it (an H200: the 55% MFU runs), else 4 x 8 (an H100's 80 GB)
 GB=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).total_memory >> 30)")
 if [ "$GB" -ge 100 ]; then split=(--mbs 8 --microbatches 4); else split=(--mbs 4 --microbatches 8); fi
-l131=(--preset llama131 --spec te "${split[@]}" --steps 10 --cuda-graph --grad-accum-fusion --fused-qkv-rope --manual-gc)
+# --gpu-clocks: the SM clock, power and throttle reasons over the timed steps (nvidia-smi), in each run's JSON
+l131=(--preset llama131 --spec te "${split[@]}" --steps 10 --cuda-graph --grad-accum-fusion --fused-qkv-rope --manual-gc --gpu-clocks)
 m281=(--preset llama131 --layers 26 --hidden 3072 --heads 24 --groups 8 --ffn 8192)
-b3=("${m281[@]}" --spec te --mbs 2 --microbatches 4 --steps 12 --cuda-graph --grad-accum-fusion --fused-qkv-rope --manual-gc)
+b3=("${m281[@]}" --spec te --mbs 2 --microbatches 4 --steps 12 --cuda-graph --grad-accum-fusion --fused-qkv-rope --manual-gc --gpu-clocks)
 for s in $STAGES; do
   case $s in
     tests)
@@ -220,7 +221,7 @@ for s in $STAGES; do
       done ;;
     e2e281_1x8)
       b3x8=("${m281[@]}" --spec te --mbs 1 --microbatches 8 --steps 8 --cuda-graph
-        --grad-accum-fusion --fused-qkv-rope --manual-gc)
+        --grad-accum-fusion --fused-qkv-rope --manual-gc --gpu-clocks)
       fits 150 e2e281_1x8 || continue
       stage e2e281_1x8 bash -c "$(declare -f run); $(declare -p gpt pack b3x8 RUNS); \
         run b3_mbs1_bf16 150 \"\${b3x8[@]}\"; run b3_mbs1_fp8 150 \"\${b3x8[@]}\" --fp8 hybrid --fp8-recipe tensorwise" ;;

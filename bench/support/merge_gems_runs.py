@@ -29,6 +29,7 @@ SUMMARY = (
     "fp8_recipe",
     "fp8_summary",
     "device_name",
+    "gpu_clocks",
 )
 
 

@@ -150,6 +150,9 @@ def main() -> int:
     parser.add_argument("--sp", action="store_true", help="sequence parallelism (upstream's torch norms refuse it)")
     parser.add_argument("--profile", default=None, help="torch.profiler tables of steps 7-8 to this text file")
     parser.add_argument(
+        "--gpu-clocks", action="store_true", help="the SM clock, power and throttle reasons over the timed steps (nvidia-smi)"
+    )
+    parser.add_argument(
         "--manual-gc",
         action="store_true",
         help="no automatic garbage collection during the steps (as Megatron-LM's --manual-gc): "
@@ -420,6 +423,11 @@ def main() -> int:
     ]
     first_step_end = _T0
     profiler = None
+    clocks = None
+    if args.gpu_clocks:
+        from gpu_clocks import Sampler  # (this script's folder is on sys.path)
+
+        clocks = Sampler(torch.cuda.current_device())
     if args.manual_gc:
         gc.collect()
         gc.freeze()  # the model's and optimizer's objects are never scanned again
@@ -454,6 +462,8 @@ def main() -> int:
             scheduler.step(increment=1)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        if clocks is not None and step >= 4 and not (args.profile and step in (6, 7)):
+            clocks.window(t0, t0 + times[-1])
         if len(times) == 1:
             first_step_end = time.perf_counter()
         losses.append(sum(r["lm loss"].item() for r in result) / len(result))
@@ -542,6 +552,8 @@ def main() -> int:
     out["fp8"], out["fp8_recipe"] = args.fp8, args.fp8_recipe if args.fp8 else None
     out["fp8_summary"] = fp8_module.fp8_summary() if fp8_module is not None else None
     out["device_name"] = torch.cuda.get_device_name()
+    if clocks is not None:
+        out["gpu_clocks"] = clocks.summary()
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)
