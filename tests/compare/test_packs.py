@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from ..support.compare.compare_runs import DEMO, env, fl_patch, free_port
+from ..support.compare.compare_runs import DEMO, env, fl_patch
+from ..support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ..support.compare.compare_runs import fl_patch, free_port
+from ..support.compare.compare_runs import fl_patch
+from ..support.ports import free_port
 
 MEGATRON_LM = Path(os.environ.get("MEGATRON_LM", "/nonexistent"))
 pytestmark = [

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 from collections import defaultdict
@@ -30,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO, clean_env
+from ..support.ports import free_port
 
 EXAMPLE = REPO / "examples" / "pretrain_gpt_cpu.py"
 ANNOUNCEMENT = "fl_patch CPU pack: no GPU here; megatron.training runs with these defaults"
@@ -87,12 +87,6 @@ def _env(**overrides: str) -> dict[str, str]:
     return clean_env(FL_PATCH_DISABLE=os.environ.get("TRAINING_PACK_DISABLE", ""), **overrides)
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 @dataclass
 class Run:
     """One training run: its per-rank micro-batch losses, events, stderr and exit reports."""
@@ -119,7 +113,7 @@ def pretrain(tmp_path: Path, name: str, *args: str, ranks: int = 1, timeout: flo
         launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
     else:  # the plain `python -m fl_patch script.py` form: env:// rendezvous, as upstream requires
         launcher = []
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=_free_port())
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     command = [sys.executable, "-m", "fl_patch", "--report-file", str(report), *launcher, str(EXAMPLE)]
     command += [*MODEL, *args, "--fl-log-file", str(log)]
     proc = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -12,7 +12,6 @@ transfer maps devices and backends, it must not change one number.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ..conftest import REPO, SUPPORT, clean_env
+from ..support.ports import free_port
 
 SCRIPT = SUPPORT / "cuda_on_cpu" / "cuda_train.py"
 PROBE = SUPPORT / "cuda_on_cpu" / "probe_install.py"
@@ -28,14 +28,10 @@ ANNOUNCEMENT = "fl_patch CPU pack: no GPU here; CUDA calls run on the CPU"
 OFF = {"FL_PATCH_CUDA_ON_CPU": "0"}
 
 
-def _port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 def _one_rank(**extra: str) -> dict[str, str]:
-    return clean_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=_port(), **extra)
+    return clean_env(
+        RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), **extra
+    )
 
 
 def _run(args: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,6 @@ import inspect
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import warnings
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO, clean_env
+from ..support.ports import free_port
 
 PROBE = REPO / "tests" / "support" / "te_spec" / "probe.py"
 MEGATRON_LM = Path(os.environ.get("MEGATRON_LM", "/nonexistent"))
@@ -27,12 +27,6 @@ TE_CLASSES = {
     "TENorm", "TELinear", "TEColumnParallelLinear", "TERowParallelLinear", "TELayerNormColumnParallelLinear",
     "TEDotProductAttention", "TEColumnParallelGroupedLinear", "TERowParallelGroupedLinear",
 }  # fmt: skip
-
-
-def _port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
 
 
 def _module_level_te_names(text: str) -> set[str]:
@@ -164,7 +158,7 @@ def test_te_compatible_layers_take_each_releases_options(megatron_core) -> None:
 def test_te_spec_module_tree_checkpoints_moe_mla() -> None:
     """One process: TE's module tree and checkpoint keys, the local model's losses, checkpoints TE<->local,
     MoE grouped GEMM on/off (interchangeable checkpoints), MLA with YaRN, fp8 refused by name."""
-    env = clean_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=_port())
+    env = clean_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     proc = subprocess.run(
         [sys.executable, "-m", "fl_patch", str(PROBE)], env=env, cwd=REPO, capture_output=True, text=True, timeout=600
     )
@@ -243,7 +237,7 @@ def test_a_plugins_own_norm_takes_the_layer_norm_linears_calls() -> None:
     """A plugin's ``te.modules.norm`` with the signature it has always had is accepted without a word and runs for
     every norm of the TE spec: the two ``TELayerNormColumnParallelLinear`` of each layer (which normalize through
     ``linear_input_norm``, the hook the GPU pack's fp8 replaces) and the final norm."""
-    env = clean_env(MG_FL_PREFER="myvendor", PORT=_port())
+    env = clean_env(MG_FL_PREFER="myvendor", PORT=str(free_port()))
     proc = subprocess.run(
         [sys.executable, "-c", _PLUGIN_NORM], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
     )
@@ -305,7 +299,7 @@ def test_pretrain_gpt_te_spec_tp2_sequence_parallel_matches_one_rank(tmp_path: P
     losses of one rank: CPU initialisation from the seed and no dropout, so the sharded layers see the
     same weights and the tensor-parallel collectives (gloo) are the only difference."""
     same = "--seed 1234 --use-cpu-initialization --attention-dropout 0 --hidden-dropout 0".split()
-    one_rank = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=_port(), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    one_rank = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     one = _pretrain_losses(tmp_path, [], same, **one_rank)
     tp2 = _pretrain_losses(tmp_path, _TORCHRUN_2, [*same, "--tensor-model-parallel-size", "2", "--sequence-parallel"])
     assert tp2 == pytest.approx(one, rel=1e-5)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO, clean_env
-from ..impls.test_te import _port
 from ..scenarios.test_train_gpt import losses, train
+from ..support.ports import free_port
 
 PROBE = REPO / "tests" / "support" / "moe_fusions" / "probe.py"
 # Bound to None without TE and left so: megatron takes the first only when it is not None (else
@@ -69,7 +69,7 @@ def test_fused_moe_functions_equal_megatrons_unfused_code() -> None:
     """Generated routings (top-k, dropped tokens, truncation, drop-and-pad capacity maps), fp32 and bf16:
     permute / unpermute / sort_chunks with ``fused=True`` give megatron's ``fused=False`` results, forward and
     backward; the fused router equals the unfused; the indices->multihot converter equals a loop; a MoE GPT trains identically with both flags on and off."""
-    env = clean_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=_port())
+    env = clean_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     proc = subprocess.run(
         [sys.executable, "-m", "fl_patch", str(PROBE)], env=env, cwd=REPO, capture_output=True, text=True, timeout=600
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO, SUPPORT, TRITON_CPU, clean_env, support_pythonpath
+from ..support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -47,12 +47,6 @@ def _jobs(stdout: str) -> list[dict[str, object]]:
 
 def _seen(proc: subprocess.CompletedProcess[str]) -> str:
     return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-6000:]}"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +124,7 @@ def _two_nodes(
 ) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
     """Two torchrun nodes of one rank each; node 0 under fl_patch, waiting ``check_timeout`` s for the rank check (it
     starts once both ranks are in the process group: what the wait covers is the other node reaching the check)."""
-    port = _free_port()
+    port = free_port()
     rdzv = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"]
     rdzv += ["--rdzv-id", f"job46-{port}", "--max-restarts", "0"]
     node0 = [*FL_PATCH, *(["--report"] if report else []), *TORCHRUN, *rdzv, "--node-rank", "0", str(WORKER)]

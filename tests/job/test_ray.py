@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO, SUPPORT, clean_env
+from ..support.ports import free_port
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
 
@@ -32,12 +32,6 @@ pytestmark = pytest.mark.slow
 
 JOB = SUPPORT / "job"
 RAY = Path(sys.executable).with_name("ray")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _session_pids(session: int) -> list[int]:
@@ -63,10 +57,10 @@ def cluster() -> Iterator[str]:
     # cluster started after; these tests touch nothing outside their own directories.
     env["RAY_AUTH_MODE"] = "disabled"
     temp = tempfile.mkdtemp(prefix="rj46_", dir="/tmp")  # short: Ray's unix socket paths must fit
-    port = _free_port()
+    port = free_port()
     args = [str(RAY), "start", "--head", "--block", "--port", str(port), "--num-cpus", "4", "--temp-dir", temp]
-    args += ["--include-dashboard", "false", "--disable-usage-stats", "--dashboard-port", str(_free_port())]
-    args += ["--dashboard-agent-listen-port", str(_free_port()), "--num-gpus", "0"]
+    args += ["--include-dashboard", "false", "--disable-usage-stats", "--dashboard-port", str(free_port())]
+    args += ["--dashboard-agent-listen-port", str(free_port()), "--num-gpus", "0"]
     log = open(Path(temp) / "start.log", "w")  # open for the cluster's life
     head = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -90,7 +84,7 @@ def cluster() -> Iterator[str]:
 
 def _driver(cluster: str, mode: str, tmp_path: Path) -> tuple[dict[str, object], subprocess.CompletedProcess[str]]:
     out = tmp_path / f"{mode}.json"
-    env = clean_env(PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(JOB)]), PYTHONWARNINGS="ignore")
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(JOB), str(SUPPORT)]), PYTHONWARNINGS="ignore")
     env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")  # (see the cluster fixture)
     args = [sys.executable, "-m", "fl_patch", str(JOB / "ray_job.py"), cluster, mode, str(out), str(tmp_path)]
     proc = subprocess.run(args, env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=400)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -25,12 +24,6 @@ def env(**extra: str) -> dict[str, str]:
     clean["PYTHONWARNINGS"] = "ignore::UserWarning:megatron,ignore:Transformer Engine and Apex:UserWarning"
     clean.update(extra)
     return clean
-
-
-def free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
 
 
 @dataclass

@@ -150,7 +150,9 @@ def main() -> int:
     parser.add_argument("--sp", action="store_true", help="sequence parallelism (upstream's torch norms refuse it)")
     parser.add_argument("--profile", default=None, help="torch.profiler tables of steps 7-8 to this text file")
     parser.add_argument(
-        "--gpu-clocks", action="store_true", help="the SM clock, power and throttle reasons over the timed steps (nvidia-smi)"
+        "--gpu-clocks",
+        action="store_true",
+        help="the SM clock, power and throttle reasons over the timed steps (nvidia-smi)",
     )
     parser.add_argument(
         "--manual-gc",

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import sys
 import tempfile
 
 import ray
+from ports import free_port  # (tests/support: on the PYTHONPATH test_ray gives the driver)
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from ray_actors import Probe, RegisterCenter, RemoteTrainer
@@ -25,12 +25,6 @@ address, mode, out = sys.argv[1], sys.argv[2], sys.argv[3]
 log_dir = sys.argv[4] if len(sys.argv) > 4 else "."
 STEPS = 3
 ODD = {"FL_PATCH_DISABLE": "megatron.core.optimizer.optimizer.Float16OptimizerWithFloat16Params.__init__"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 user_env = {"env_vars": {"JOB_USER_VAR": "kept"}, "worker_process_setup_hook": "job_ray_hooks.user_hook"}
