@@ -19,6 +19,7 @@
 #              e2e131_swiglu_off: fp8 tensorwise and delayed without the SwiGLU kernels' casts (FL_GEMS_FP8_SWIGLU_CAST=0:
 #              the casts of fc2's input and fc1's output gradient run as separate kernels, as before fp8_swiglu.py);
 #              e2e131_swiglu_all: fp8 delayed with them (FL_GEMS_FP8_SWIGLU_CAST=tensorwise,delayed; not the default);
+#              ab_swiglu_delayed: fp8 delayed without and with them, alternated FP8_AB_REPEATS times (default 3);
 #              e2e131_norm_off: fp8 tensorwise without the norms' amax (FL_GEMS_FP8_NORM_CAST=0: the QKV projection's
 #              and fc1's input casts run their own amax pass, as before fp8_norm.py)
 #   profile131 the 1.31B eager (no graph: the profiler sees each kernel), 8 x 2 sequences, torch.profiler tables of two
@@ -138,6 +139,15 @@ for s in $STAGES; do
       stage e2e131_before bash -c "export FL_GEMS_FP8_CAST_TILE=64,128,8 FL_GEMS_FP8_CAST_CONVERT=integer; \
         $(declare -f run); $(declare -p gpt pack l131 RUNS); \
         run l131_fp8_tensorwise_before 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe tensorwise" ;;
+    ab_swiglu_delayed)  # fp8 delayed without and with the SwiGLU's fp8 writes, alternated three times (FP8_AB_REPEATS)
+      fits 200 ab_swiglu_delayed || continue
+      for i in $(seq "${FP8_AB_REPEATS:-3}"); do
+        stage "ab_swiglu_delayed_$i" bash -c "$(declare -f run); $(declare -p gpt pack l131 RUNS); \
+          run l131_ab${i}_delayed 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe delayed --fp8-amax-history-len 16 \
+            --fp8-amax-compute-algo max; \
+          FL_GEMS_FP8_SWIGLU_CAST=tensorwise,delayed run l131_ab${i}_delayed_swiglu_on 150 \"\${l131[@]}\" --fp8 hybrid \
+            --fp8-recipe delayed --fp8-amax-history-len 16 --fp8-amax-compute-algo max"
+      done ;;
     e2e131_swiglu_all)
       fits 70 e2e131_swiglu_all || continue
       stage e2e131_swiglu_all bash -c "export FL_GEMS_FP8_SWIGLU_CAST=tensorwise,delayed; $(declare -f run); \
