@@ -7,8 +7,8 @@ torchrun ranks, Ray workers). pytest's durations say how long a test took, not w
 how many interpreters the run started and how much CPU each used, by test file and by program.
 
 How: for the run only, a ``.pth`` file in the venv's site-packages makes every interpreter of that venv register an
-at-exit hook (it imports nothing at start-up but ``atexit``: tests that watch a program's first imports see what they
-would see). At exit the hook appends one JSON line (the test from ``PYTEST_CURRENT_TEST``, which children inherit;
+at-exit hook (it imports nothing at start-up but ``atexit``, and nothing at exit: tests that watch a program's imports,
+or plant a ``json.py`` beside it, see what they would see). At exit the hook appends one JSON line (the test from ``PYTEST_CURRENT_TEST``, which children inherit;
 ``argv``; the process's own user+system CPU) to a log. The ``.pth`` file and the hook's module are removed when the
 run ends, whatever its result. An interpreter that ends by ``os._exit`` or a signal writes nothing: the counts are a
 lower bound. Processes that are not Python (a Ray raylet, ptxas) are not counted.
@@ -36,12 +36,17 @@ _log = os.environ.get("FL_SUITE_CPU_LOG")
 if _log:
     import atexit
 
+    def _text(value):
+        # a JSON string written by hand: nothing is imported at exit (a test may plant a json.py in the cwd)
+        value = "".join(c if c >= " " else " " for c in str(value))
+        return '"' + value.replace("\\\\", "\\\\\\\\").replace('"', '\\\\"') + '"'
+
     def _write(log=_log):
         try:
-            import json, resource, sys
-            usage = resource.getrusage(resource.RUSAGE_SELF)
-            line = json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", ""), "argv": sys.argv[:3],
-                               "cpu": usage.ru_utime + usage.ru_stime})
+            import sys  # (loaded at start-up: taken from sys.modules, never from the path)
+            times = os.times()
+            line = '{"test": ' + _text(os.environ.get("PYTEST_CURRENT_TEST", "")) + ', "argv": ['
+            line += ", ".join(_text(a) for a in sys.argv[:3]) + '], "cpu": ' + repr(times.user + times.system) + "}"
             fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             os.write(fd, (line + "\\n").encode())
             os.close(fd)

@@ -22,14 +22,20 @@ def test_the_hook_logs_each_interpreter_and_the_summary_adds_them_up(tmp_path: P
         f"import sys; import {BENCH['_MODULE']}; "
         "print(sorted(m for m in ('json', 'resource', 'atexit') if m in sys.modules)); sum(range(10**6))"
     )
-    for test in ("tests/a.py::test_one (call)", "tests/a.py::test_two (call)", "tests/b.py::test_three (call)"):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "json.py").write_text("raise SystemExit(7)\n")  # a planted json.py: the hook imports nothing at exit
+    tests = ("tests/a.py::test_one (call)", "tests/a.py::test_two (call)", 'tests/b.py::test_"3"\\x (call)')
+    for test in tests:
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path), "FL_SUITE_CPU_LOG": str(log)}
         env["PYTEST_CURRENT_TEST"] = test
-        proc = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr
+        proc = subprocess.run(
+            [sys.executable, "-c", program], env=env, cwd=cwd, capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 0 and not proc.stderr, proc.stderr
         assert proc.stdout.strip() == "['atexit']", proc.stdout  # nothing else imported before the program's own
     records = BENCH["_records"](log)
-    assert [r["test"].split("::")[1] for r in records] == ["test_one (call)", "test_two (call)", "test_three (call)"]
+    assert [r["test"] for r in records] == list(tests)  # (quotes and backslashes written as JSON)
     assert all(r["argv"] == ["-c"] and r["cpu"] > 0 for r in records), records
     summary = BENCH["summarize"](records, wall=2.0, run_cpu=1.0)
     assert summary["interpreters"] == 3
