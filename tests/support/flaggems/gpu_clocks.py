@@ -61,6 +61,11 @@ class Sampler:
         for line in self._proc.stdout:
             self._samples.append((time.perf_counter(), [part.strip() for part in line.split(",")]))
 
+    @property
+    def received(self) -> int:
+        """How many samples have arrived so far, inside the windows or not."""
+        return len(self._samples)
+
     def window(self, start: float, end: float) -> None:
         """Keep the samples that arrive between ``start`` and ``end`` (``time.perf_counter()`` values)."""
         self._windows.append((start, end))
