@@ -74,7 +74,7 @@ def summarize(records: list[dict], wall: float, run_cpu: float) -> dict:
     count_program: collections.Counter[str] = collections.Counter()
     for r in records:
         test = r["test"].split("::", 1)[0] or "(no test: pytest's own processes)"
-        program = " ".join(Path(a).name if i < 2 else "" for i, a in enumerate(r["argv"][:2])).strip() or "python"
+        program = " ".join(Path(a).name for a in r["argv"][:2]) or "python"
         by_file[test] += r["cpu"]
         count_file[test] += 1
         by_program[program] += r["cpu"]

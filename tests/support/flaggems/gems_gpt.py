@@ -426,10 +426,14 @@ def main() -> int:
     first_step_end = _T0
     profiler = None
     clocks = None
-    if args.gpu_clocks:
+    if args.gpu_clocks and rank == 0:  # (rank 0 writes the output)
         from gpu_clocks import Sampler  # (this script's folder is on sys.path)
 
         clocks = Sampler(torch.cuda.current_device())
+
+    def timed(step: int) -> bool:  # the steps the median is taken over: after warm-up, not the profiled ones
+        return step >= 4 and not (args.profile and step in (6, 7))
+
     if args.manual_gc:
         gc.collect()
         gc.freeze()  # the model's and optimizer's objects are never scanned again
@@ -464,13 +468,13 @@ def main() -> int:
             scheduler.step(increment=1)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-        if clocks is not None and step >= 4 and not (args.profile and step in (6, 7)):
+        if clocks is not None and timed(step):
             clocks.window(t0, t0 + times[-1])
         if len(times) == 1:
             first_step_end = time.perf_counter()
         losses.append(sum(r["lm loss"].item() for r in result) / len(result))
         grad_norms.append(float(grad_norm))
-    steady = sorted(t for i, t in enumerate(times) if i >= 4 and not (args.profile and i in (6, 7)))
+    steady = sorted(t for i, t in enumerate(times) if timed(i))
     median = steady[len(steady) // 2] if steady else float("nan")
     optimizer_ms = sorted(b.elapsed_time(e) for i, (b, e) in enumerate(optimizer_events) if i >= 4)
     tokens_per_step = mbs * n_micro * seq

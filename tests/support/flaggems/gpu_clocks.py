@@ -40,6 +40,8 @@ class Sampler:
     """Samples of one GPU's clocks and power, kept only inside the windows marked with :meth:`window`."""
 
     def __init__(self, gpu: int = 0, period_ms: int = 100) -> None:
+        # gpu: nvidia-smi's index, which is CUDA's where CUDA_VISIBLE_DEVICES is unset and the cards are alike
+        # (the one-GPU benches this serves)
         self._samples: list[tuple[float, list[str]]] = []
         self._windows: list[tuple[float, float]] = []
         self._proc: subprocess.Popen[str] | None = None
@@ -91,8 +93,11 @@ class Sampler:
         if not inside:
             return {"samples": 0, "why": f"no sample inside the timed steps ({len(self._samples)} in all)"}
 
+        def column(index: int) -> list[float]:  # (a field nvidia-smi cannot read is "[N/A]": left out)
+            return [float(v[index]) for v in inside if _number(v[index])]
+
         def median(index: int) -> float | None:
-            numbers = [float(v[index]) for v in inside if _number(v[index])]
+            numbers = column(index)
             return statistics.median(numbers) if numbers else None
 
         reasons: Counter[str] = Counter()
@@ -102,7 +107,7 @@ class Sampler:
         return {
             "samples": len(inside),
             "sm_clock_mhz_median": median(0),
-            "sm_clock_mhz_min": min(float(v[0]) for v in inside if _number(v[0])),
+            "sm_clock_mhz_min": min(column(0), default=None),
             "mem_clock_mhz_median": median(1),
             "power_w_median": median(2),
             "power_limit_w": median(3),
