@@ -20,6 +20,14 @@ shows). The armed cost of an ``import`` statement (``builtins.__import__`` while
 megatron) is measured too.
 
     python bench/startup.py [--reps 15] [--json docs/bench_startup.json]
+
+``--training``: instead, a whole one-rank megatron.training run to its end (``examples/pretrain_gpt_cpu.py``,
+a small GPT, 2 iterations, megatron.training's defaults: its bias fusions on), under ``python -m fl_patch``:
+with the CPU pack as shipped (megatron's ``@jit_fuser`` functions run as written), and with that patch
+disabled (``FL_PATCH_DISABLE=megatron.core.jit.jit_fuser``: torch.compile, at the first call) with
+inductor's cache warm and empty (a fresh ``TORCHINDUCTOR_CACHE_DIR`` each run, as on a new machine).
+
+    python bench/startup.py --training [--reps 5] [--json docs/bench_startup_training.json]
 """
 
 from __future__ import annotations
@@ -60,15 +68,16 @@ def _env(fl_patch: bool, **extra: str) -> dict[str, str]:
     return env
 
 
-def _run(code: str, env: dict[str, str]) -> tuple[float, float]:
-    """(CPU seconds of the child, wall seconds)."""
+def _run(code: str | list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, float]:
+    """(CPU seconds of the child and the children it waited for, wall seconds); ``code``: ``-c`` code or argv."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    argv = [sys.executable, "-c", code] if isinstance(code, str) else [sys.executable, *code]
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {code[:80]!r}\n{proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+        raise SystemExit(f"failed ({proc.returncode}): {str(code)[:80]!r}\n{proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
     return usage.ru_utime + usage.ru_stime, wall
 
 
@@ -86,12 +95,59 @@ def _registry(count: int, directory: Path) -> str | None:
     return "bench_startup_registry"
 
 
+TRAINING_RUN = [
+    "-m", "fl_patch", str(REPO / "examples" / "pretrain_gpt_cpu.py"), "--mock-data", "--transformer-impl", "local",
+    "--tokenizer-type", "NullTokenizer", "--vocab-size", "128", "--num-layers", "2", "--hidden-size", "64",
+    "--num-attention-heads", "4", "--seq-length", "64", "--max-position-embeddings", "64", "--micro-batch-size", "2",
+    "--global-batch-size", "4", "--train-iters", "2", "--lr", "1e-3", "--eval-interval", "2", "--eval-iters", "1",
+    "--num-workers", "0",
+]  # fmt: skip
+
+
+def training(reps: int, json_out: Path | None) -> int:
+    """``--training``: a one-rank megatron.training run with megatron's fusions as written, and compiled."""
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="fl_patch_bench_training_"))
+    warm_cache = str(work / "inductor_warm")
+    compiled = "megatron.core.jit.jit_fuser"
+    variants = {
+        "CPU pack (fusions as written)": {},
+        "fusions compiled, warm inductor cache": {"FL_PATCH_DISABLE": compiled, "TORCHINDUCTOR_CACHE_DIR": warm_cache},
+        "fusions compiled, empty inductor cache": {"FL_PATCH_DISABLE": compiled},
+    }
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+    for rep in range(reps + 1):  # rep 0 warms the page cache, the bytecode caches and the warm inductor cache
+        for index, (name, extra) in enumerate(variants.items()):
+            env = _env(True, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29100 + index), **extra)
+            env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(work / f"inductor_{rep}_{index}"))  # empty: a new folder
+            result = _run(TRAINING_RUN, env, cwd=work)
+            if rep:
+                samples[name].append(result)
+    base = statistics.median(c for c, _ in samples["CPU pack (fusions as written)"])
+    rows = []
+    print(f"{'variant':40s} {'CPU s':>7s} {'x pack':>7s} {'wall s':>7s}")
+    for name, values in samples.items():
+        cpu, wall = statistics.median(c for c, _ in values), statistics.median(w for _, w in values)
+        rows.append(
+            {"variant": name, "cpu_s": round(cpu, 3), "cpu_ratio": round(cpu / base, 3), "wall_s": round(wall, 3)}
+        )
+        print(f"{name:40s} {cpu:7.3f} {cpu / base:7.3f} {wall:7.3f}")
+    if json_out:
+        summary = {"reps": reps, "command": TRAINING_RUN, "rows": rows, "load": os.getloadavg()[0]}
+        json_out.write_text(json.dumps(summary, indent=1) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--registrations", type=int, default=0, help="also with a registry of N identical copies")
+    parser.add_argument("--training", action="store_true", help="a whole megatron.training run instead (docstring)")
     args = parser.parse_args(argv)
+    if args.training:
+        return training(args.reps, args.json)
     variants = {
         "plain (hand stub)": (HAND_STUB + IMPORTS, _env(False)),
         "fl_patch, no packs": (IMPORTS, _env(True, FL_PATCH_PACKS="none")),

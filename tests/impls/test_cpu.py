@@ -827,6 +827,8 @@ TESTED_ELSEWHERE = {
     # megatron-core modules only megatron.training reaches (the registry's megatron.training part)
     f"{MC}.timers.torch": "tests/impls/test_cpu_training.py (WITHOUT)",
     f"{MC}.rerun_state_machine.torch": "tests/impls/test_cpu_training.py (WITHOUT)",
+    # decorates megatron's fusions as they import: a fresh process (the megatron here imported without the pack)
+    f"{MC}.jit.jit_fuser": "tests/impls/test_cpu.py::test_importing_megatron_compiles_nothing_until_a_compiled_function_is_called",
 }
 
 
@@ -1017,7 +1019,7 @@ import megatron.core.optimizer, megatron.core.jit as jit
 from megatron.core.transformer import utils
 loaded_at_import = "torch._dynamo" in sys.modules
 x = torch.linspace(-3, 3, 7)
-out = utils.gelu_impl(x)  # a @jit_fuser function: compiled now (TORCHDYNAMO_DISABLE=1: it then runs as written)
+out = utils.gelu_impl(x)  # a @jit_fuser function (TORCHDYNAMO_DISABLE=1: compiled, it runs as written)
 expected = 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * x * (1.0 + 0.044715 * x * x)))
 print("RESULT" + json.dumps({
     "loaded_at_import": loaded_at_import,
@@ -1028,26 +1030,29 @@ print("RESULT" + json.dumps({
 """
 
 
-def test_importing_megatron_compiles_nothing_until_a_compiled_function_is_called(run_python) -> None:
-    """Megatron's import-time torch.compile (every @jit_fuser) no longer loads dynamo; the first call does."""
+@pytest.mark.parametrize(
+    ("disabled", "want"),
+    [
+        # the pack: jit_fuser returns the function as written; nothing loads the compiler, not even the call
+        ("", {"loaded_at_import": False, "loaded_after_call": False, "jit_fuser": "fusions.py"}),
+        # jit_fuser upstream's torch.compile again: compiled at the first call (lazy_compile), not at import
+        ("megatron.core.jit.jit_fuser", {"loaded_at_import": False, "loaded_after_call": True,
+                                         "jit_fuser": "lazy_compile.py"}),
+        # both out: upstream's, the compiler loaded by the import itself
+        ("megatron.core.jit.jit_fuser,torch.compile", {"loaded_at_import": True, "loaded_after_call": True,
+                                                       "jit_fuser": "__init__.py"}),
+    ],
+    ids=["pack", "compiled_at_first_call", "upstream"],
+)  # fmt: skip
+def test_importing_megatron_compiles_nothing_until_a_compiled_function_is_called(run_python, disabled, want) -> None:
+    """Megatron's @jit_fuser functions run as written on a CPU (no compiler loaded); without that patch, the
+    import-time torch.compile calls still load no compiler until the first call; without either, upstream's."""
     from ..conftest import clean_env
 
-    proc = run_python("-c", DEFERRED_COMPILE_PROBE, env=clean_env(TORCHDYNAMO_DISABLE="1"), timeout=120)
+    env = clean_env(TORCHDYNAMO_DISABLE="1", **({"FL_PATCH_DISABLE": disabled} if disabled else {}))
+    proc = run_python("-c", DEFERRED_COMPILE_PROBE, env=env, timeout=120)
     (line,) = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
-    assert json.loads(line[len("RESULT") :]) == {
-        "loaded_at_import": False,
-        "loaded_after_call": True,
-        "jit_fuser": "lazy_compile.py",  # fl_patch's function: the impl's code
-        "right": True,
-    }
-    disabled = run_python(
-        "-c",
-        DEFERRED_COMPILE_PROBE,
-        env=clean_env(TORCHDYNAMO_DISABLE="1", FL_PATCH_DISABLE="torch.compile"),
-        timeout=120,
-    )
-    (line,) = [line for line in disabled.stdout.splitlines() if line.startswith("RESULT")]
-    assert json.loads(line[len("RESULT") :])["loaded_at_import"] is True  # upstream's: the compiler at import
+    assert json.loads(line[len("RESULT") :]) == {**want, "right": True}
 
 
 # --------------------------------------------------------------------------- fresh processes

@@ -1,4 +1,4 @@
-"""Fused kernels megatron-core would choose even when they cannot run on this machine."""
+"""Fused kernels megatron-core would choose even when they cannot run on this machine, and its JIT fusions run as written."""
 
 from __future__ import annotations
 
@@ -8,9 +8,35 @@ import torch
 
 from fl_patch.impls._compat import warn_if_unverified
 
-__all__ = ["IndicesToMultihot", "fused_indices_to_multihot", "fused_softmax_kernel_available"]
+__all__ = ["IndicesToMultihot", "eager_jit_fuser", "fused_indices_to_multihot", "fused_softmax_kernel_available"]
 
 warn_if_unverified()
+
+
+def eager_jit_fuser(model: Any = None, **kwargs: Any) -> Any:
+    """Patch for ``megatron.core.jit.jit_fuser``: the decorated function, as written.
+
+    Why: ``jit_fuser`` is ``torch.compile`` on torch >= 2.2 (``megatron/core/jit.py``); it decorates the
+    fused bias-GeLU/SwiGLU/GeGLU, bias-dropout-add and other elementwise functions. megatron.training
+    turns the bias fusions on by default and compiles them before the first step
+    (``initialize._warmup_jit_function``), so on a CPU every training process ran dynamo and inductor,
+    whose CPU backend builds C++ with the system compiler at the first call. Measured on this project's
+    2-core machine (``bench/startup.py --training``: a one-rank run of a small GPT, 2 iterations, to its end;
+    medians of 5), 7.2 s of CPU with the functions as written, 12.2 s compiled with a warm inductor cache,
+    24.6 s with an empty one (a new machine, a CI run). At the sizes a CPU trains, compiled elementwise
+    kernels do not pay that back.
+    How: the decorator megatron reads when its fusions are imported returns the function unchanged, as
+    upstream's own ``disable_jit_fuser()`` (``noop_decorator``) does: the same Python code, run eagerly, the
+    same maths. Dropout inside a fused function then draws from torch's generator as the unfused path does
+    (inductor draws its own numbers, so a compiled and an eager run differ in their dropout masks).
+    ``FL_PATCH_DISABLE=megatron.core.jit.jit_fuser`` keeps upstream's ``torch.compile`` (compiled at the
+    first call: ``lazy_compile``). The decorator form with arguments (``@jit_fuser(...)``) is taken too.
+    Upstream reference: megatron-core 0.19.2, ``megatron/core/jit.py``, ``megatron/training/initialize.py``.
+    Drop when: megatron chooses the fuser by device, or inductor's CPU build costs little at start.
+    """
+    if model is None:  # @jit_fuser(...): the decorator it gives
+        return eager_jit_fuser
+    return model
 
 
 def fused_softmax_kernel_available(self: Any, mask: Any, b: int, np: int, sq: int, sk: int) -> bool:

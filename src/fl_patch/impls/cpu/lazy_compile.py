@@ -4,10 +4,10 @@ Why: importing megatron.core calls ``torch.compile`` about forty times at module
 ``@jit_fuser`` of ``megatron/core/jit.py``, which is ``torch.compile`` on torch >= 2.2, and
 ``InferenceTopKRouter._compiled_topk_routing``'s ``@torch.compile`` in ``transformer/moe/router.py``).
 The first call imports ``torch._dynamo`` and ``torch._inductor``: measured on this project's 2-core
-machine, 1.8 s of CPU of a 4.8 s ``import megatron.core``. megatron-core's fusion options
-(``bias_activation_fusion``, ``bias_dropout_fusion``...) are off by default, so a run that leaves them
-off paid for a compiler it never used, in every megatron process of a job; one that turns them on
-(megatron.training's defaults do) compiles at their first call either way.
+machine, 1.8 s of CPU of a 4.8 s ``import megatron.core``. A run that calls no compiled function
+paid for a compiler it never used, in every megatron process of a job. (The CPU pack also makes
+``jit_fuser`` itself return its function as written, ``fusions.eager_jit_fuser``; with that patch
+disabled, the forty decorators reach this one again.)
 
 How: for a function (or any callable that is not an ``nn.Module``), the returned function wears the
 function's face (``functools.wraps``) and calls torch's ``compile`` with the same arguments at its

@@ -15,8 +15,8 @@ releases in ``fl_patch.impls._compat.VERIFIED_MEGATRON_CORE``; on another releas
 and says so once, when it is first used.
 
 Left to configuration, not patched (``examples/train_gpt.py``): fusions that need Transformer Engine
-or a CUDA kernel (multi-latent attention's fused RoPE) and those compiled by ``torch.compile``
-(``bias_activation_fusion``, ``bias_dropout_fusion``...): upstream's defaults leave them off.
+or a CUDA kernel (multi-latent attention's fused RoPE). Those megatron compiles with ``torch.compile``
+(``bias_activation_fusion``, ``bias_dropout_fusion``...: ``@jit_fuser``) run as written (``EAGER_FUSER``).
 """
 
 from __future__ import annotations
@@ -557,15 +557,27 @@ TYPING_OVERRIDE = PatchDoc(
 )
 
 DEFERRED_COMPILE = PatchDoc(
-    why="importing megatron.core calls torch.compile about forty times at module level (each @jit_fuser, and "
-    "router.py's @torch.compile); the first imports dynamo and inductor, 1.8 s of CPU of every megatron process, "
-    "also where no compiled function is ever called (megatron-core's fusion options are off by default).",
+    why="importing megatron.core calls torch.compile at module level (router.py's @torch.compile, and each of about "
+    "forty @jit_fuser where EAGER_FUSER is disabled); the first imports dynamo and inductor, 1.8 s of CPU of every "
+    "megatron process, also where no compiled function is ever called.",
     how="a function given to torch.compile is compiled, with the same arguments, at its first call (once, under a "
-    "lock), so a run that calls none never loads the compiler and one that does (megatron.training turns the bias "
-    "fusions on) pays it at the first call; an nn.Module, and a call torch refuses, go to torch at once; called "
-    "while dynamo traces, the plain function runs (dynamo inlines it).",
+    "lock), so a run that calls none never loads the compiler and one that does pays it at the first call; an "
+    "nn.Module, and a call torch refuses, go to torch at once; called while dynamo traces, the plain function runs "
+    "(dynamo inlines it).",
     upstream=f"torch 2.13 torch/__init__.py (compile); {_MC}/jit.py, {_MC}/transformer/moe/router.py line 918",
     remove_when="torch imports its compiler lazily, or megatron stops compiling at import",
+)
+
+EAGER_FUSER = PatchDoc(
+    why="jit_fuser is torch.compile: megatron.training turns the bias fusions on and compiles them before the first "
+    "step, so on a CPU every training process ran dynamo and inductor, which builds C++ at the first call (bench/"
+    "startup.py --training, a small one-rank run: 7.2 s of CPU as written, 12.2 s compiled, 24.6 s with an empty "
+    "inductor cache).",
+    how="the decorator megatron reads returns the function unchanged, as upstream's disable_jit_fuser() does: the "
+    "same code, run eagerly (dropout inside draws from torch's generator); FL_PATCH_DISABLE=megatron.core.jit."
+    "jit_fuser keeps the compiled functions.",
+    upstream=f"{_MC}/jit.py, {_MT}/initialize.py (_warmup_jit_function)",
+    remove_when="megatron chooses its fuser by device, or inductor's CPU build costs little at start",
 )
 
 
@@ -782,6 +794,8 @@ def register_pack() -> None:
     register(target="torch.Tensor.cuda", impl=f"{_PACK}.training_functions.tensor_cuda", vendor=CPU, doc=TENSOR_CUDA)
     # -- Start-up: torch.compile at import time (megatron's decorators) defers the compiler to the first call.
     register(target="torch.compile", impl=f"{_PACK}.lazy_compile.compile", vendor=CPU, doc=DEFERRED_COMPILE)
+    # -- ...and megatron's JIT fusions run as written: no C++ build at a training run's start.
+    register(target="megatron.core.jit.jit_fuser", impl=f"{_PACK}.fusions.eager_jit_fuser", vendor=CPU, doc=EAGER_FUSER)
     if PYTHON_BEFORE_3_12:
         register(
             target="typing.override",
