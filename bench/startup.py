@@ -25,9 +25,11 @@ megatron) is measured too.
 a small GPT, 2 iterations, megatron.training's defaults: its bias fusions on), under ``python -m fl_patch``:
 with the CPU pack as shipped (megatron's ``@jit_fuser`` functions run as written), and with that patch
 disabled (``FL_PATCH_DISABLE=megatron.core.jit.jit_fuser``: torch.compile, at the first call) with
-inductor's cache warm and empty (a fresh ``TORCHINDUCTOR_CACHE_DIR`` each run, as on a new machine).
+inductor's cache warm and empty (a fresh ``TORCHINDUCTOR_CACHE_DIR`` each run, as on a new machine). Then the
+steps themselves: ``--iterations N`` runs (default 40; 0: none) as written and compiled (warm cache), two of each,
+interleaved, each giving the median of megatron's "elapsed time per iteration" over iterations 11 to N.
 
-    python bench/startup.py --training [--reps 5] [--json docs/bench_startup_training.json]
+    python bench/startup.py --training [--reps 5] [--iterations 40] [--json docs/bench_startup_training.json]
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -104,7 +107,16 @@ TRAINING_RUN = [
 ]  # fmt: skip
 
 
-def training(reps: int, json_out: Path | None) -> int:
+def _iteration_ms(argv: list[str], env: dict[str, str], cwd: Path) -> float:
+    """The median of megatron's logged "elapsed time per iteration (ms)" from the 11th iteration on."""
+    proc = subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(argv[:3])}\n{proc.stderr[-2000:]}")
+    times = [float(m) for m in re.findall(r"elapsed time per iteration \(ms\): ([0-9.]+)", proc.stdout)]
+    return statistics.median(times[10:])
+
+
+def training(reps: int, iterations: int, json_out: Path | None) -> int:
     """``--training``: a one-rank megatron.training run with megatron's fusions as written, and compiled."""
     import tempfile
 
@@ -133,8 +145,27 @@ def training(reps: int, json_out: Path | None) -> int:
             {"variant": name, "cpu_s": round(cpu, 3), "cpu_ratio": round(cpu / base, 3), "wall_s": round(wall, 3)}
         )
         print(f"{name:40s} {cpu:7.3f} {cpu / base:7.3f} {wall:7.3f}")
+    steps: dict[str, list[float]] = {}
+    if iterations > 10:
+        longer = [
+            *TRAINING_RUN,
+            "--train-iters",
+            str(iterations),
+            "--eval-interval",
+            str(iterations),
+            "--log-interval",
+            "1",
+        ]
+        for _ in range(2):
+            for index, name in enumerate(list(variants)[:2]):  # as written; compiled with the warm cache
+                env = _env(True, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29110 + index))
+                env.update(variants[name], TORCHINDUCTOR_CACHE_DIR=warm_cache)
+                steps.setdefault(name, []).append(_iteration_ms(longer, env, work))
+        for name, values in steps.items():
+            print(f"{name:40s} ms an iteration (11-{iterations}, median of each run): {values}")
     if json_out:
         summary = {"reps": reps, "command": TRAINING_RUN, "rows": rows, "load": os.getloadavg()[0]}
+        summary["iteration_ms"] = {"iterations": iterations, "runs": steps}
         json_out.write_text(json.dumps(summary, indent=1) + "\n")
     return 0
 
@@ -145,9 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--registrations", type=int, default=0, help="also with a registry of N identical copies")
     parser.add_argument("--training", action="store_true", help="a whole megatron.training run instead (docstring)")
+    parser.add_argument("--iterations", type=int, default=40, help="with --training: the step-time runs' length")
     args = parser.parse_args(argv)
     if args.training:
-        return training(args.reps, args.json)
+        return training(args.reps, args.iterations, args.json)
     variants = {
         "plain (hand stub)": (HAND_STUB + IMPORTS, _env(False)),
         "fl_patch, no packs": (IMPORTS, _env(True, FL_PATCH_PACKS="none")),

@@ -1,5 +1,6 @@
 """``bench/suite_cpu.py``: the hook a run's interpreters carry logs each one's own CPU with the test that started it,
-imports nothing at start-up but ``os`` (tests that watch a program's first imports see what they would), and the
+imports nothing at start-up but ``atexit``, and that only with its log variable set (tests that watch a program's first
+imports see what they would), and the
 summary adds them up by test file and program."""
 
 from __future__ import annotations

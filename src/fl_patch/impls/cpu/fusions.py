@@ -22,10 +22,11 @@ def eager_jit_fuser(model: Any = None, **kwargs: Any) -> Any:
     (``initialize._warmup_jit_function``), so on a CPU every training process ran dynamo and inductor,
     whose CPU backend builds C++ with the system compiler at the first call. Measured on this project's
     2-core machine (``bench/startup.py --training``: a one-rank run of a small GPT, 2 iterations, to its end;
-    medians of 5), 7.2 s of CPU with the functions as written, 12.2 s compiled with a warm inductor cache,
-    24.6 s with an empty one (a new machine, a CI run). Nor do the compiled functions win it back per step at
-    such sizes: Megatron-LM's ``pretrain_gpt.py``, the same model, iterations 11-40, medians of two runs each:
-    42-45 ms an iteration as written, 51-59 ms compiled.
+    medians of 5), 6.7 s of CPU with the functions as written, 10.8 s compiled with a warm inductor cache,
+    21.2 s with an empty one (a new machine, a CI run); the steps were not faster compiled (29-30 ms an
+    iteration as written, 31-33 ms compiled). megatron.training's own ``--disable-jit-fuser`` does not help:
+    it calls ``disable_jit_fuser()`` in ``set_global_variables``, after the fusion modules were imported and
+    their functions decorated (measured: the run still imports inductor and costs as much).
     How: the decorator megatron reads when its fusions are imported returns the function unchanged, as
     upstream's own ``disable_jit_fuser()`` (``noop_decorator``) does: the same Python code, run eagerly, the
     same maths. Dropout inside a fused function then draws from torch's generator as the unfused path does

@@ -571,8 +571,8 @@ DEFERRED_COMPILE = PatchDoc(
 EAGER_FUSER = PatchDoc(
     why="jit_fuser is torch.compile: megatron.training turns the bias fusions on and compiles them before the first "
     "step, so on a CPU every training process ran dynamo and inductor, which builds C++ at the first call (bench/"
-    "startup.py --training, a small one-rank run: 7.2 s of CPU as written, 12.2 s compiled, 24.6 s with an empty "
-    "inductor cache).",
+    "startup.py --training, a small one-rank run: 6.7 s of CPU as written, 10.8 s compiled, 21.2 s with an empty "
+    "inductor cache); megatron's own --disable-jit-fuser acts after the fusions are decorated.",
     how="the decorator megatron reads returns the function unchanged, as upstream's disable_jit_fuser() does: the "
     "same code, run eagerly (dropout inside draws from torch's generator); FL_PATCH_DISABLE=megatron.core.jit."
     "jit_fuser keeps the compiled functions.",
