@@ -20,6 +20,9 @@
 #              the casts of fc2's input and fc1's output gradient run as separate kernels, as before fp8_swiglu.py);
 #              e2e131_swiglu_all: fp8 delayed with them (FL_GEMS_FP8_SWIGLU_CAST=tensorwise,delayed; not the default);
 #              ab_swiglu_delayed: fp8 delayed without and with them, alternated FP8_AB_REPEATS times (default 3);
+#              ab_wgrad: fp8 tensorwise with the weight gradients added into main_grad by a separate kernel
+#              (FL_GEMS_FP8_WGRAD_ACCUMULATE=0, as before cublaslt.py) and by cuBLASLt's GEMM itself (the default),
+#              alternated FP8_AB_REPEATS times;
 #              e2e131_norm_off: fp8 tensorwise without the norms' amax (FL_GEMS_FP8_NORM_CAST=0: the QKV projection's
 #              and fc1's input casts run their own amax pass, as before fp8_norm.py)
 #   profile131 the 1.31B eager (no graph: the profiler sees each kernel), 8 x 2 sequences, torch.profiler tables of two
@@ -147,6 +150,13 @@ for s in $STAGES; do
             --fp8-amax-compute-algo max; \
           FL_GEMS_FP8_SWIGLU_CAST=tensorwise,delayed run l131_ab${i}_delayed_swiglu_on 150 \"\${l131[@]}\" --fp8 hybrid \
             --fp8-recipe delayed --fp8-amax-history-len 16 --fp8-amax-compute-algo max"
+      done ;;
+    ab_wgrad)  # fp8 tensorwise, main_grad's additions by a separate kernel, then by the GEMM (FP8_AB_REPEATS times)
+      fits 140 ab_wgrad || continue
+      for i in $(seq "${FP8_AB_REPEATS:-3}"); do
+        stage "ab_wgrad_$i" bash -c "$(declare -f run); $(declare -p gpt pack l131 RUNS); \
+          FL_GEMS_FP8_WGRAD_ACCUMULATE=0 run l131_ab${i}_wgrad_add_kernel 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe tensorwise; \
+          run l131_ab${i}_wgrad_in_gemm 150 \"\${l131[@]}\" --fp8 hybrid --fp8-recipe tensorwise"
       done ;;
     e2e131_swiglu_all)
       fits 70 e2e131_swiglu_all || continue

@@ -277,6 +277,35 @@ def test_the_scales_a_gemm_reads_start_16_byte_aligned() -> None:
             assert view.scale_inv.data_ptr() % 16 == 0, (op.kind, view.scale_inv.storage_offset())
 
 
+def test_a_weight_gradient_added_into_main_grad_is_the_unfused_sum_off_cuda(caplog) -> None:
+    """``scaled_mm_add`` (the wgrad into megatron's fp32 ``main_grad``): off CUDA it is ``scaled_mm`` then ``add_``,
+    bit for bit, for per-tensor and block-scaled operands, said to nobody (the CPU is no fallback worth a warning);
+    the fp8 linear's wgrad through it equals the product of its quantized operands added to what was there."""
+    x, w, g = _data(3)
+    gqt = fq.quantize_tensorwise(g, fq.E5M2, rowwise=False, transposed=True)[1]
+    xqt = fq.quantize_tensorwise(x, fq.E4M3, rowwise=False, transposed=True)[1]
+    bq = fq.quantize_1x128(g, fq.E4M3, transposed=True)[1], fq.quantize_1x128(x, fq.E4M3, transposed=True)[1]
+    assert gqt is not None and xqt is not None and bq[0] is not None and bq[1] is not None
+    assert fq.accumulate_reason(torch.device("cpu")) == "not a CUDA device"
+    for a, b in ((gqt, xqt.t()), (bq[0], bq[1].t())):
+        start = torch.randn(w.shape)
+        got = start.clone()
+        with caplog.at_level("WARNING", logger="fl_patch.flaggems"):
+            assert fq.scaled_mm_add(a, b, got) is False
+        assert torch.equal(got, start + fq.scaled_mm(a, b, torch.float32)), a.kind
+    assert not caplog.records
+    # through the linear, with megatron's main_grad (gradient_accumulation_fusion)
+    layer = fp8.LinearFp8(fp8.Recipe(format="hybrid", kind="tensorwise"))
+    xx, ww = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    ww.main_grad = torch.full(w.shape, 0.25)  # type: ignore[attr-defined]
+    ww.grad_added_to_main_grad = False  # type: ignore[attr-defined]
+    with fp8.Autocast(layer.recipe):
+        y = layer.linear(_Module(), xx, ww, gradient_accumulation_fusion=True)
+    y.backward(g)
+    want = 0.25 + fq.dequantize(gqt).double() @ fq.dequantize(xqt).double().t()
+    assert _rel(ww.main_grad, want) < 1e-6 and ww.grad_added_to_main_grad is True  # type: ignore[attr-defined]
+
+
 def test_te_moe_padding_round_trip() -> None:
     pad, unpad = fp8.Fp8Padding(3), fp8.Fp8Unpadding(3)
     x = torch.randn(5 + 0 + 20, 8)
@@ -621,6 +650,39 @@ def test_fp8_linear_on_the_gpu_against_bf16_and_the_torch_casts(kind: str, fmt: 
     want = (x2.float() * scale).clamp(-448.0, 448.0).to(recipe.fwd_dtype)
     assert torch.equal(q.data.view(torch.uint8), want.view(torch.uint8))
     assert torch.equal(qt.data.view(torch.uint8), want.t().contiguous().view(torch.uint8))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cublaslt_adds_the_fp8_weight_gradient_into_main_grad_on_the_gpu() -> None:
+    """cuBLASLt's accumulating GEMM (``cublaslt.py``, ctypes) passes its check on this device and gives what
+    ``_scaled_mm`` then ``add_`` give, at a wgrad's shape (k = tokens) for both hybrid orders and e4m3, eagerly and
+    replayed from a CUDA graph (twice: it adds each time)."""
+    device = torch.device("cuda")
+    reason = fq.accumulate_reason(device)
+    assert reason is None, reason
+    torch.manual_seed(0)
+    m, n, k = 1536, 1024, 4096
+    for a_dtype, b_dtype in ((fq.E5M2, fq.E4M3), (fq.E4M3, fq.E5M2), (fq.E4M3, fq.E4M3)):
+        a = fq.quantize_tensorwise(torch.randn(m, k, device=device, dtype=torch.bfloat16), a_dtype)[0]
+        b = fq.quantize_tensorwise(torch.randn(n, k, device=device, dtype=torch.bfloat16), b_dtype)[0]
+        assert a is not None and b is not None
+        product = fq.scaled_mm(a, b.t(), torch.float32)
+        start = torch.randn(m, n, device=device)
+        got = start.clone()
+        assert fq.scaled_mm_add(a, b.t(), got) is True
+        assert _rel(got, start + product) < 1e-6, (a_dtype, b_dtype)
+        graph, replayed = torch.cuda.CUDAGraph(), start.clone()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            fq.scaled_mm_add(a, b.t(), replayed)
+        torch.cuda.current_stream().wait_stream(stream)
+        replayed.copy_(start)
+        graph.replay()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _rel(replayed, start + 2 * product) < 1e-6, (a_dtype, b_dtype)
 
 
 def _every_fp8_value_and_midpoint(dtype: torch.dtype) -> torch.Tensor:

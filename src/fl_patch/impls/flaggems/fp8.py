@@ -341,6 +341,7 @@ STATS: dict[str, int] = {
     "bf16_calls": 0,
     "weight_casts": 0,
     "casts_from_producers": 0,  # casts made (delayed) or begun (their amax) by the kernel that wrote the tensor
+    "wgrad_added_by_gemm": 0,  # fp8 weight gradients the GEMM added into main_grad itself (cuBLASLt, beta = 1)
 }
 _said: set[str] = set()
 
@@ -375,7 +376,8 @@ atexit.register(_say_at_exit)
 def fp8_summary() -> dict[str, int]:
     """How many linear calls ran their GEMMs in fp8, how many in bf16 under fp8 (each cause logged once), how many
     fp8 weight copies were made (once a step per weight under megatron's schedules), and how many input or gradient
-    casts the kernel that wrote the tensor made or began (the SwiGLU's: ``fp8_swiglu.py``)."""
+    casts the kernel that wrote the tensor made or began (the SwiGLU's: ``fp8_swiglu.py``), and how many fp8 weight
+    gradients the GEMM added into ``main_grad`` itself (``fp8_quant.scaled_mm_add``)."""
     return dict(STATS)
 
 
@@ -767,6 +769,13 @@ def _gather(x: torch.Tensor, group: Any) -> torch.Tensor:
     return out
 
 
+def _add_wgrad(dyqt: fq.Operand, x: fq.Operand, main_grad: torch.Tensor) -> None:
+    """The fp8 weight gradient added into megatron's fp32 ``main_grad``: by the GEMM itself where cuBLASLt's
+    accumulating call serves (``fp8_quant.scaled_mm_add``), counted."""
+    if fq.scaled_mm_add(dyqt, x, main_grad):
+        STATS["wgrad_added_by_gemm"] += 1
+
+
 def _dummy_wgrad(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
     """megatron's convention once the weight gradient went into ``main_grad``: a placeholder grad (or None)."""
     if not hasattr(weight, "grad_added_to_main_grad"):
@@ -842,17 +851,21 @@ class _Fp8Linear(torch.autograd.Function):
         grad_weight = None
         if wgrad:
             main_grad = ctx.main_grad
-            if fp8_wgrad:
+            if fp8_wgrad and main_grad is not None:
                 assert dyqt is not None
-                out_dtype = torch.float32 if main_grad is not None else weight.dtype
-                dw = fq.scaled_mm(dyqt, ctx.xqt.t(), out_dtype)
-            else:
-                dw = dy2.t().matmul(x2_bf16)
-            if main_grad is not None:
-                main_grad.add_(dw)
+                _add_wgrad(dyqt, ctx.xqt.t(), main_grad)
                 grad_weight = _dummy_wgrad(weight, ctx.dtype)
             else:
-                grad_weight = dw.to(weight.dtype)
+                if fp8_wgrad:
+                    assert dyqt is not None
+                    dw = fq.scaled_mm(dyqt, ctx.xqt.t(), weight.dtype)
+                else:
+                    dw = dy2.t().matmul(x2_bf16)
+                if main_grad is not None:
+                    main_grad.add_(dw)
+                    grad_weight = _dummy_wgrad(weight, ctx.dtype)
+                else:
+                    grad_weight = dw.to(weight.dtype)
         grad_bias = dy2.sum(0) if ctx.use_bias else None
         ctx.wqt = ctx.xqt = ctx.main_grad = None
         return dx, grad_weight, grad_bias, None, None, None, None, None, None
@@ -905,9 +918,15 @@ class _Fp8Grouped(torch.autograd.Function):
             if rows:
                 dyq, dyqt = layer.quantize_grad(part, g, need_t=fp8_wgrad)
                 dx[start : start + rows] = fq.scaled_mm(dyq, wqt.t(), ctx.dtype)
+                if fp8_wgrad and main_grad is not None:
+                    assert xqt is not None and dyqt is not None
+                    _add_wgrad(dyqt, xqt.t(), main_grad)
+                    grads.append(_dummy_wgrad(w, ctx.dtype))
+                    start += rows
+                    continue
                 if fp8_wgrad:
                     assert xqt is not None and dyqt is not None
-                    dw = fq.scaled_mm(dyqt, xqt.t(), torch.float32 if main_grad is not None else w.dtype)
+                    dw = fq.scaled_mm(dyqt, xqt.t(), w.dtype)
                 elif w.requires_grad and x_parts is not None:
                     dw = part.t().matmul(x_parts[g])
             if w.requires_grad:

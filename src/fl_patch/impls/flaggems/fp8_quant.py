@@ -16,6 +16,10 @@ How:
   CUDA through torch's block-scaled GEMM, checked once per device against the dequantized
   product before it is trusted (:func:`blockwise_reason`); on the CPU the dequantized product in
   fp32 (an emulation, for tests).
+- :func:`scaled_mm_add`: ``out += a @ b`` into an fp32 ``out`` (the weight gradient into megatron's ``main_grad``).
+  Per-tensor operands on CUDA: cuBLASLt's GEMM adding in its epilogue (``cublaslt.py``), checked once per device
+  against ``scaled_mm`` plus ``add_`` before it is trusted (:func:`accumulate_reason`); else that unfused form.
+  ``FL_GEMS_FP8_WGRAD_ACCUMULATE=0``: the unfused form always (the bench's control).
 
 Upstream reference: Transformer Engine 2.x ``Float8CurrentScaling``, ``DelayedScaling``,
 ``Float8BlockScaling`` (recipe semantics); DeepSeek-V3 (arXiv:2412.19437) section 3.3 (1x128
@@ -24,18 +28,21 @@ activation tiles, 128x128 weight blocks). When to drop: TransformerEngine (or TE
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 
 import torch
 
-from ._runtime import interpreting, kernel_unavailable
+from . import cublaslt
+from ._runtime import LOG, interpreting, kernel_unavailable
 
 __all__ = [
     "BLOCK",
     "E4M3",
     "E5M2",
     "Operand",
+    "accumulate_reason",
     "blockwise_reason",
     "dequantize",
     "fp8_max",
@@ -45,6 +52,7 @@ __all__ = [
     "quantize_tensorwise",
     "scale_slots",
     "scaled_mm",
+    "scaled_mm_add",
 ]
 
 E4M3 = torch.float8_e4m3fn
@@ -370,3 +378,76 @@ def blockwise_reason(device: torch.device) -> str | None:
             if key not in _block_ok:
                 _block_ok[key] = _check_blockwise(device)
     return _block_ok[key]
+
+
+# --------------------------------------------------------------------------- accumulating into an fp32 output
+ACCUMULATE = os.environ.get("FL_GEMS_FP8_WGRAD_ACCUMULATE", "1") != "0"
+_accumulate_ok: dict[str, str | None] = {}
+_accumulate_said: set[str] = set()
+
+
+def _check_accumulate(device: torch.device) -> str | None:
+    """None if cuBLASLt's accumulating GEMM gives ``out + scaled_mm(a, b)`` here: a non-square problem in both
+    operand orders of the ``hybrid`` wgrad (e5m2 gradient by e4m3 input) and e4m3 by e4m3, scales not 1."""
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    m, n, k = 64, 96, 160
+    try:
+        for a_dtype, b_dtype in ((E5M2, E4M3), (E4M3, E5M2), (E4M3, E4M3)):
+            a = Operand(
+                torch.randn(m, k, generator=generator).to(device, a_dtype), torch.full((1,), 0.5, device=device)
+            )
+            b_rows = torch.randn(n, k, generator=generator).to(device, b_dtype)
+            b = Operand(b_rows.t(), torch.full((1,), 3.0, device=device))
+            start = torch.randn(m, n, generator=generator).to(device)
+            want = start + scaled_mm(a, b, torch.float32)
+            got = start.clone()
+            cublaslt.matmul_add(a.data, a.scale_inv, b.data, b.scale_inv, got)
+            error = ((got - want).norm() / want.norm()).item()
+            if not error < 1e-5:
+                return (
+                    f"cuBLASLt's accumulating fp8 GEMM ({a_dtype} x {b_dtype}) differs from torch's (rel. {error:.2g})"
+                )
+    except (cublaslt.CublasLtError, OSError, AttributeError, ValueError, RuntimeError) as exc:
+        return f"cuBLASLt's accumulating fp8 GEMM is not usable here: {str(exc).splitlines()[0][:200]}"
+    return None
+
+
+def accumulate_reason(device: torch.device) -> str | None:
+    """Why :func:`scaled_mm_add` cannot use cuBLASLt's accumulating GEMM on ``device`` (None: it can). Checked once
+    per device, never during a CUDA graph capture (the check synchronizes: a capture's call takes the unfused form)."""
+    if device.type != "cuda":
+        return "not a CUDA device"
+    if not ACCUMULATE:
+        return "FL_GEMS_FP8_WGRAD_ACCUMULATE=0"
+    key = str(device if device.index is not None else torch.device("cuda", torch.cuda.current_device()))
+    if key not in _accumulate_ok:
+        if torch.cuda.is_current_stream_capturing():
+            return "first used inside a CUDA graph capture (checked at an eager call)"
+        with _block_lock:
+            if key not in _accumulate_ok:
+                _accumulate_ok[key] = _check_accumulate(device)
+    return _accumulate_ok[key]
+
+
+def scaled_mm_add(a: Operand, b: Operand, out: torch.Tensor, *, fast_accum: bool = False) -> bool:
+    """``out += dequantize(a) @ dequantize(b)`` for an fp32 ``out``. True where the GEMM added into ``out`` itself
+    (cuBLASLt, per-tensor operands on a device that passed :func:`accumulate_reason`); else ``scaled_mm`` then
+    ``add_``, the cause said once where it is not simply the CPU, a block-scaled operand or the switch."""
+    if a.kind == "tensor" and b.kind == "tensor" and out.is_cuda:
+        reason = accumulate_reason(out.device)
+        if reason is None:
+            try:
+                cublaslt.matmul_add(a.data, a.scale_inv, b.data, b.scale_inv, out, fast_accum=fast_accum)
+                return True
+            except ValueError as exc:  # these operands only (a layout or alignment): this call unfused
+                reason = f"operands cuBLASLt's call does not take ({exc})"
+            except cublaslt.CublasLtError as exc:
+                reason = str(exc)
+        if reason not in _accumulate_said and reason != "FL_GEMS_FP8_WGRAD_ACCUMULATE=0":
+            _accumulate_said.add(reason)
+            LOG.warning(
+                "fl_patch flaggems fp8: weight gradients are added into main_grad by a separate kernel: %s (logged once)",
+                reason,
+            )
+    out.add_(scaled_mm(a, b, torch.float32))
+    return False
