@@ -376,6 +376,14 @@ def test_every_shipped_seed_names_a_kernel_as_it_is_now(host_side) -> None:
         assert not stale, (file, stale, sorted(out["current"].values()))
 
 
+OTHER_THAN_MOE = (
+    "fl_patch.impls.te.modules.norm",
+    "fl_patch.impls.te.modules.attention",
+    "megatron.core.tensor_parallel.cross_entropy.vocab_parallel_cross_entropy",
+    "megatron.core.fusions.fused_bias_swiglu.weighted_bias_swiglu_impl",
+)
+
+
 def test_moe_permutation_kernels_inside_real_megatron_core(run_python) -> None:
     """--moe-permute-fusion under MG_FL_PREFER=flaggems: megatron's fused permute/unpermute move the tokens on the
     pack's kernels (counted, no fallback) and give megatron's unfused results on generated routings; a MoE GPT
@@ -385,15 +393,20 @@ def test_moe_permutation_kernels_inside_real_megatron_core(run_python) -> None:
     MoE layer here (two in test_te_moe_fusions.py, without the interpreter): each step's dispatch and combine go
     through the kernels forward and backward in it, as in every further layer. Its experts are sequential here:
     the experts' GEMM form moves no token (the dispatchers call the permutation whichever it is), and
-    test_te_moe_fusions.py trains grouped experts too, on and off, with the same assertion."""
+    test_te_moe_fusions.py trains grouped experts too, on and off, with the same assertion. The pack's other kernels
+    (attention, norms, cross entropy: test_pack_inside_real_megatron_core runs them in megatron) are left out here
+    with the users' switch, FL_PATCH_DISABLE: in the interpreter they cost a sixth of this test and touch no row
+    the permutation moves."""
+    others = ",".join(OTHER_THAN_MOE)
     env = _env(MG_FL_PREFER="flaggems", PERMUTE_KERNELS="1", MOE_FUSION_CASES="30", MOE_TRAIN_LAYERS="1",
-               MOE_TRAIN_GEMMS="sequential")  # fmt: skip
+               MOE_TRAIN_GEMMS="sequential", FL_PATCH_DISABLE=others)  # fmt: skip
     proc = run_python("-m", "fl_patch", str(SUPPORT / "moe_fusions" / "probe.py"), str(29990 - os.getpid() % 90),
                       env=env, check=False, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["calls"]["permute_rows"] > 100 and r["calls"]["unpermute_rows"] > 50, r["calls"]
     assert not [f for f in r["fallbacks"] if f.startswith("moe_")], r["fallbacks"]
+    assert set(r["disabled"]) == set(OTHER_THAN_MOE), r["disabled"]  # the switch took those, and nothing else
     for key in ("permute", "permuted_probs", "truncated", "drop_and_pad"):
         assert r["fp32"][key] == 0.0 and r["bf16"][key] == 0.0, (key, r["fp32"], r["bf16"])
     for key in ("permute_grad_x", "permute_grad_probs", "unpermute_grad", "unpermute_grad_probs"):

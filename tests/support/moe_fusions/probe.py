@@ -297,6 +297,9 @@ def main() -> None:
         from fl_patch.impls.flaggems._runtime import FALLBACKS
 
         out["fallbacks"] = {f"{op}: {why}": n for (op, why), n in FALLBACKS.items()}
+    import fl_patch
+
+    out["disabled"] = sorted({r.target for r in fl_patch.report() if r.status == fl_patch.Status.DISABLED})
     print(json.dumps(out))
 
 
