@@ -177,7 +177,8 @@ FP8_LAYER = PatchDoc(
     why="the TE-compatible linears (pack te) refuse fp8 without TE (te.modules.fp8_layer raises TEFeatureError).",
     how="each linear gets a LinearFp8 that runs its forward, dgrad and wgrad GEMMs in fp8 through torch._scaled_mm "
     "while an Autocast is active (e4m3 inputs and weights, e5m2/e4m3 gradients, fp32 accumulation), its fp8 "
-    "state in TE's _extra_state layout.",
+    "state in TE's _extra_state layout; under gradient_accumulation_fusion the wgrad GEMM adds into main_grad "
+    "itself (cuBLASLt with beta = 1 through ctypes, checked once per device: cublaslt.py).",
     upstream=f"{_MC}/extensions/transformer_engine.py; Transformer Engine 2.x module/base.py (get_extra_state)",
     remove_when=_FP8_REMOVE,
 )
