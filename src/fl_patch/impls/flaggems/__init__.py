@@ -31,7 +31,10 @@ TE layer spec      the TE names megatron binds (``cpu/te_registry.py``) and the 
 =================  ==========================================================  =============
 
 GEMMs stay on cuBLAS through torch: no Triton GEMM (FlagGems' ``mm`` included) was
-measured faster on the model's shapes (docs/gpu_pack.md, ``bench/gpu_ops.py``).
+measured faster on the model's shapes (docs/gpu_pack.md, ``bench/gpu_ops.py``). Under fp8
+(``fp8.py``: megatron's fp8 recipes without TE) they are cuBLASLt's fp8 GEMMs: ``torch._scaled_mm``,
+and for a weight gradient added into megatron's ``main_grad`` cuBLASLt's own call, which adds in
+its epilogue (``cublaslt.py``, through ctypes; checked once per device in ``fp8_quant.py``).
 
 Kernels: ``kernels/`` holds this project's Triton kernels; ``gems.py`` wraps
 FlagGems 5.0.2's RMSNorm, LayerNorm and SwiGLU (working around their known
