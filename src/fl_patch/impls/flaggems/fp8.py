@@ -851,21 +851,18 @@ class _Fp8Linear(torch.autograd.Function):
         grad_weight = None
         if wgrad:
             main_grad = ctx.main_grad
-            if fp8_wgrad and main_grad is not None:
-                assert dyqt is not None
-                _add_wgrad(dyqt, ctx.xqt.t(), main_grad)
-                grad_weight = _dummy_wgrad(weight, ctx.dtype)
-            else:
+            if main_grad is not None:
                 if fp8_wgrad:
                     assert dyqt is not None
-                    dw = fq.scaled_mm(dyqt, ctx.xqt.t(), weight.dtype)
+                    _add_wgrad(dyqt, ctx.xqt.t(), main_grad)
                 else:
-                    dw = dy2.t().matmul(x2_bf16)
-                if main_grad is not None:
-                    main_grad.add_(dw)
-                    grad_weight = _dummy_wgrad(weight, ctx.dtype)
-                else:
-                    grad_weight = dw.to(weight.dtype)
+                    main_grad.add_(dy2.t().matmul(x2_bf16))
+                grad_weight = _dummy_wgrad(weight, ctx.dtype)
+            elif fp8_wgrad:
+                assert dyqt is not None
+                grad_weight = fq.scaled_mm(dyqt, ctx.xqt.t(), weight.dtype)
+            else:
+                grad_weight = dy2.t().matmul(x2_bf16).to(weight.dtype)
         grad_bias = dy2.sum(0) if ctx.use_bias else None
         ctx.wqt = ctx.xqt = ctx.main_grad = None
         return dx, grad_weight, grad_bias, None, None, None, None, None, None
@@ -915,21 +912,22 @@ class _Fp8Grouped(torch.autograd.Function):
             fp8_wgrad = w.requires_grad and recipe.wgrad and rows > 0
             main_grad = w.main_grad if ctx.accumulate and hasattr(w, "main_grad") else None
             dw: torch.Tensor | None = None
+            added = False  # the fp8 GEMM put this expert's gradient into main_grad itself
             if rows:
                 dyq, dyqt = layer.quantize_grad(part, g, need_t=fp8_wgrad)
                 dx[start : start + rows] = fq.scaled_mm(dyq, wqt.t(), ctx.dtype)
-                if fp8_wgrad and main_grad is not None:
-                    assert xqt is not None and dyqt is not None
-                    _add_wgrad(dyqt, xqt.t(), main_grad)
-                    grads.append(_dummy_wgrad(w, ctx.dtype))
-                    start += rows
-                    continue
                 if fp8_wgrad:
                     assert xqt is not None and dyqt is not None
-                    dw = fq.scaled_mm(dyqt, xqt.t(), w.dtype)
+                    if main_grad is not None:
+                        _add_wgrad(dyqt, xqt.t(), main_grad)
+                        added = True
+                    else:
+                        dw = fq.scaled_mm(dyqt, xqt.t(), w.dtype)
                 elif w.requires_grad and x_parts is not None:
                     dw = part.t().matmul(x_parts[g])
-            if w.requires_grad:
+            if added:
+                grads.append(_dummy_wgrad(w, ctx.dtype))
+            elif w.requires_grad:
                 if dw is None:
                     dw = torch.zeros_like(w, dtype=torch.float32 if main_grad is not None else w.dtype)
                 if main_grad is not None:

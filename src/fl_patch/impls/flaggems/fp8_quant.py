@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -320,8 +321,23 @@ def scaled_mm(
     return out if bias is None else out + bias
 
 
-_block_ok: dict[str, str | None] = {}
-_block_lock = threading.Lock()
+_block_ok: dict[int, str | None] = {}
+_check_lock = threading.Lock()
+
+
+def _once_per_device(
+    results: dict[int, str | None], index: int, check: Callable[[torch.device], str | None]
+) -> str | None:
+    """``check`` of CUDA device ``index``, run once (under a lock: it runs GEMMs and synchronizes), then remembered."""
+    if index not in results:
+        with _check_lock:
+            if index not in results:
+                results[index] = check(torch.device("cuda", index))
+    return results[index]
+
+
+def _cuda_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def _check_blockwise(device: torch.device) -> str | None:
@@ -372,17 +388,12 @@ def blockwise_reason(device: torch.device) -> str | None:
     major, _ = torch.cuda.get_device_capability(device)
     if major != 9:
         return f"block-scaled fp8 GEMMs (1x128, 128x128) need a Hopper GPU (sm_90); this is sm_{major}x"
-    key = str(device)
-    if key not in _block_ok:
-        with _block_lock:
-            if key not in _block_ok:
-                _block_ok[key] = _check_blockwise(device)
-    return _block_ok[key]
+    return _once_per_device(_block_ok, _cuda_index(device), _check_blockwise)
 
 
 # --------------------------------------------------------------------------- accumulating into an fp32 output
 ACCUMULATE = os.environ.get("FL_GEMS_FP8_WGRAD_ACCUMULATE", "1") != "0"
-_accumulate_ok: dict[str, str | None] = {}
+_accumulate_ok: dict[int, str | None] = {}
 _accumulate_said: set[str] = set()
 
 
@@ -419,14 +430,10 @@ def accumulate_reason(device: torch.device) -> str | None:
         return "not a CUDA device"
     if not ACCUMULATE:
         return "FL_GEMS_FP8_WGRAD_ACCUMULATE=0"
-    key = str(device if device.index is not None else torch.device("cuda", torch.cuda.current_device()))
-    if key not in _accumulate_ok:
-        if torch.cuda.is_current_stream_capturing():
-            return "first used inside a CUDA graph capture (checked at an eager call)"
-        with _block_lock:
-            if key not in _accumulate_ok:
-                _accumulate_ok[key] = _check_accumulate(device)
-    return _accumulate_ok[key]
+    index = _cuda_index(device)
+    if index not in _accumulate_ok and torch.cuda.is_current_stream_capturing():
+        return "first used inside a CUDA graph capture (checked at an eager call)"
+    return _once_per_device(_accumulate_ok, index, _check_accumulate)
 
 
 def scaled_mm_add(a: Operand, b: Operand, out: torch.Tensor, *, fast_accum: bool = False) -> bool:
