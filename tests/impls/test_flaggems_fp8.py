@@ -766,16 +766,35 @@ def _windows(a: list[float], b: list[float], window: int = 10) -> float:
     return max(abs(x - y) / y for x, y in means)
 
 
+def _assert_wgrad_path(summary: dict, fusion: bool, kind: str) -> None:
+    """Under gradient accumulation fusion a per-tensor-scaled wgrad is added into main_grad by cuBLASLt's GEMM
+    itself, on every linear call; without fusion, and for block-scaled operands, by none."""
+    added = summary["fp8_gemm_calls"] if fusion and kind != "blockwise" else 0
+    assert summary["wgrad_added_by_gemm"] == added, summary
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize(("kind", "fmt"), [("tensorwise", "hybrid"), ("delayed", "hybrid"), ("blockwise", "e4m3")])
-def test_fp8_loss_curve_follows_bf16_through_megatron(run_python, tmp_path, kind: str, fmt: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "fmt", "fusion"),
+    [
+        ("tensorwise", "hybrid", False),
+        ("tensorwise", "hybrid", True),
+        ("delayed", "hybrid", True),
+        ("blockwise", "e4m3", False),
+    ],
+    ids=["tensorwise", "tensorwise-grad_accum_fusion", "delayed-grad_accum_fusion", "blockwise"],
+)
+def test_fp8_loss_curve_follows_bf16_through_megatron(run_python, tmp_path, kind: str, fmt: str, fusion: bool) -> None:
     """The curve GPT (TE spec, 150 steps of fresh Markov batches) in fp8 and in bf16 on the pack: every 10-step mean
-    within 2%, the last 50 within 1%, and every linear ran in fp8."""
+    within 2%, the last 50 within 1%, and every linear ran in fp8. With gradient accumulation fusion (megatron's
+    default: the weight gradients added into fp32 main_grad) in both runs, the fp8 ones by the GEMM itself."""
     env = {"MG_FL_PREFER": "flaggems"}
-    bf16 = _curve(run_python, tmp_path, "bf16", env, "--spec", "te")
-    run = _curve(run_python, tmp_path, kind, env, "--spec", "te", "--fp8", fmt, "--fp8-recipe", kind)
+    spec = ("--spec", "te", *(("--grad-accum-fusion",) if fusion else ()))
+    bf16 = _curve(run_python, tmp_path, "bf16", env, *spec)
+    run = _curve(run_python, tmp_path, kind, env, *spec, "--fp8", fmt, "--fp8-recipe", kind)
     assert run["fp8_summary"]["bf16_calls"] == 0 and run["fp8_summary"]["fp8_gemm_calls"] > 0, run["fp8_summary"]
+    _assert_wgrad_path(run["fp8_summary"], fusion, kind)
     assert _windows(run["losses"], bf16["losses"]) < 0.02
     last = sum(run["losses"][-50:]) / 50, sum(bf16["losses"][-50:]) / 50
     assert abs(last[0] - last[1]) / last[1] < 0.01 and run["losses"][-1] < run["losses"][0] / 2, last
@@ -783,12 +802,16 @@ def test_fp8_loss_curve_follows_bf16_through_megatron(run_python, tmp_path, kind
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_megatrons_cuda_graph_replays_an_fp8_step(run_python, tmp_path) -> None:
-    """megatron's full-iteration CUDA graph captures the fp8 casts and GEMMs: in deterministic mode the replayed
-    curve equals the eager one."""
+@pytest.mark.parametrize("fusion", [False, True], ids=["plain", "grad_accum_fusion"])
+def test_megatrons_cuda_graph_replays_an_fp8_step(run_python, tmp_path, fusion: bool) -> None:
+    """megatron's full-iteration CUDA graph captures the fp8 casts and GEMMs (with gradient accumulation fusion, the
+    cuBLASLt call that adds the weight gradient into main_grad): in deterministic mode the replayed curve equals the
+    eager one."""
     args = ("--spec", "te", "--fp8", "hybrid", "--fp8-recipe", "tensorwise", "--deterministic", "--steps", "60")
+    args += ("--grad-accum-fusion",) if fusion else ()
     env = {"MG_FL_PREFER": "flaggems"}
     eager = _curve(run_python, tmp_path, "eager", env, *args)
     graph = _curve(run_python, tmp_path, "graph", env, *args, "--cuda-graph")
     assert graph["losses"] == eager["losses"], [a - b for a, b in zip(graph["losses"], eager["losses"], strict=True)]
     assert graph["fp8_summary"]["bf16_calls"] == 0
+    _assert_wgrad_path(graph["fp8_summary"], fusion, "tensorwise")
