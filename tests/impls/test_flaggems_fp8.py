@@ -657,7 +657,9 @@ def test_fp8_linear_on_the_gpu_against_bf16_and_the_torch_casts(kind: str, fmt: 
 def test_cublaslt_adds_the_fp8_weight_gradient_into_main_grad_on_the_gpu() -> None:
     """cuBLASLt's accumulating GEMM (``cublaslt.py``, ctypes) passes its check on this device and gives what
     ``_scaled_mm`` then ``add_`` give, at a wgrad's shape (k = tokens) for both hybrid orders and e4m3, eagerly and
-    replayed from a CUDA graph (twice: it adds each time)."""
+    replayed from a CUDA graph (twice: it adds each time), and from two streams at once."""
+    from fl_patch.impls.flaggems import cublaslt
+
     device = torch.device("cuda")
     reason = fq.accumulate_reason(device)
     assert reason is None, reason
@@ -683,6 +685,20 @@ def test_cublaslt_adds_the_fp8_weight_gradient_into_main_grad_on_the_gpu() -> No
         graph.replay()
         torch.cuda.synchronize()
         assert _rel(replayed, start + 2 * product) < 1e-6, (a_dtype, b_dtype)
+    # two streams adding at once (as megatron's MoE shared-expert overlap runs GEMMs) each have their own workspace
+    streams, outs = [torch.cuda.Stream(), torch.cuda.Stream()], [start.clone(), start.clone()]
+    for side in streams:
+        side.wait_stream(torch.cuda.current_stream())
+    for _ in range(4):
+        for side, out in zip(streams, outs, strict=True):
+            with torch.cuda.stream(side):
+                assert fq.scaled_mm_add(a, b.t(), out) is True
+    for side in streams:
+        torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert all(_rel(out, start + 4 * product) < 1e-5 for out in outs)
+    workspaces = cublaslt._devices[torch.cuda.current_device()].workspaces
+    assert len({workspaces[side.cuda_stream].data_ptr() for side in streams}) == 2
 
 
 def _every_fp8_value_and_midpoint(dtype: torch.dtype) -> torch.Tensor:

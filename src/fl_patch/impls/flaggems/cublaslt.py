@@ -7,9 +7,11 @@ with ``main_grad`` and writes again, 16 bytes per weight element per micro-batch
 epilogue when ``beta = 1`` (Transformer Engine's wgrad does so): 8 bytes, and no extra kernel.
 
 How: cuBLASLt's C API on the ``libcublasLt`` that torch's CUDA build has already loaded into this process (found in
-``/proc/self/maps``, else by its soname): no build step, no new dependency. One handle and one 32 MiB workspace per
-device; a descriptor, layouts and the heuristic's algorithm per GEMM shape, kept; the two scale pointers set at each
-call; the GEMM enqueued on torch's current stream (so it is captured by a CUDA graph like any torch kernel).
+``/proc/self/maps``, else by its soname): no build step, no new dependency. One handle per device and one 32 MiB
+workspace per stream (as torch keeps its cuBLAS workspaces: two streams running GEMMs at once, e.g. megatron's MoE
+shared-expert overlap, must not share scratch memory); a descriptor, layouts and the heuristic's algorithm per GEMM
+shape, kept; the two scale pointers set at each call; the GEMM enqueued on torch's current stream (so it is captured
+by a CUDA graph like any torch kernel).
 
 The layouts: ``a`` row-major ``[m, k]`` and ``b`` column-major ``[k, n]`` as ``torch._scaled_mm`` takes them, ``out``
 row-major ``[m, n]``. cuBLASLt is column-major, so it computes ``out^T = b^T a^T``: its A is ``b``'s storage read
@@ -140,8 +142,8 @@ def _set(setter: str, obj: ctypes.c_void_p, attr: int, value: ctypes._SimpleCDat
 @dataclass
 class _Device:
     handle: ctypes.c_void_p
-    workspace: torch.Tensor
     preference: ctypes.c_void_p
+    workspaces: dict[int, torch.Tensor]  # by stream handle; kept for the process's life (a CUDA graph replays them)
 
 
 @dataclass
@@ -170,9 +172,16 @@ def _device(index: int) -> _Device:
             _PREF_MAX_WORKSPACE_BYTES,
             ctypes.c_uint64(_WORKSPACE_BYTES),
         )
-        workspace = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=torch.device("cuda", index))
-        state = _devices[index] = _Device(handle, workspace, preference)
+        state = _devices[index] = _Device(handle, preference, {})
     return state
+
+
+def _workspace(state: _Device, index: int, stream: int) -> torch.Tensor:
+    workspace = state.workspaces.get(stream)
+    if workspace is None:  # made on the stream that uses it (inside a capture: from the graph's pool, kept alive here)
+        workspace = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=torch.device("cuda", index))
+        state.workspaces[stream] = workspace
+    return workspace
 
 
 def _layout(dtype: torch.dtype, rows: int, cols: int, ld: int) -> ctypes.c_void_p:
@@ -238,10 +247,11 @@ def matmul_add(
         _set("cublasLtMatmulDescSetAttribute", plan.desc, _DESC_A_SCALE_POINTER, _vp(b_scale_inv.data_ptr()))
         _set("cublasLtMatmulDescSetAttribute", plan.desc, _DESC_B_SCALE_POINTER, _vp(a_scale_inv.data_ptr()))
         stream = torch.cuda.current_stream(out.device).cuda_stream
+        workspace = _workspace(state, index, stream)
         _call(
             "cublasLtMatmul",
             state.handle, plan.desc, ctypes.byref(_ONE),
             _vp(b.data_ptr()), plan.layout_a, _vp(a.data_ptr()), plan.layout_b,
             ctypes.byref(_ONE), _vp(out.data_ptr()), plan.layout_out, _vp(out.data_ptr()), plan.layout_out,
-            ctypes.byref(plan.algo), _vp(state.workspace.data_ptr()), _WORKSPACE_BYTES, _vp(stream),
+            ctypes.byref(plan.algo), _vp(workspace.data_ptr()), _WORKSPACE_BYTES, _vp(stream),
         )  # fmt: skip
